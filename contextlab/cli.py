@@ -1,0 +1,74 @@
+"""The ``contextlab`` command line: ``contextlab replay TRANSCRIPT --out DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from contextlab.engine.errors import ContextLabError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contextlab", description="Context-management engine and debugger.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    replay = commands.add_parser(
+        "replay",
+        help="replay a recorded transcript through the pre-reasoning hook",
+        description="Replay a transcript turn by turn (a turn ends before each assistant message) and write "
+        "the workspace, trace.jsonl and final_context.json.",
+    )
+    replay.add_argument("transcript", help="a transcript file (Claude Code, OpenHands, LangGraph, tau-bench, "
+                        "SWE-agent, DeerFlow SSE, ReMe list, or OpenAI/Anthropic/AgentScope messages)")
+    replay.add_argument("--out", required=True, help="output folder (the agent workspace)")
+    replay.add_argument("--policy", choices=("contextlab", "copaw"), help="default: contextlab")
+    replay.add_argument("--profile", help="a profile JSON file; flags below override it")
+    replay.add_argument("--max-input-length", type=int, help="context window in tokens")
+    replay.add_argument("--compactor", choices=("extractive", "openai"), help="who writes the summary")
+    replay.add_argument("--overwrite", action="store_true", help="replace an earlier replay in --out")
+    replay.add_argument("--quiet", action="store_true", help="no progress output")
+    return parser
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from contextlab.engine.profile import Profile
+    from contextlab.engine.replay import replay_transcript
+
+    profile = Profile.from_json_file(args.profile) if args.profile else Profile()
+    changes: dict[str, object] = {}
+    if args.policy:
+        changes["policy"] = args.policy
+    if args.max_input_length is not None:
+        changes["max_input_length"] = args.max_input_length
+    if args.compactor:
+        changes["compactor"] = args.compactor
+    if changes:
+        profile = profile.replace(**changes)
+    report = replay_transcript(args.transcript, args.out, profile=profile, overwrite=args.overwrite,
+                               progress=None if args.quiet else sys.stderr)
+    print(report.summary_line())
+    for warning in report.warnings[:20]:
+        print(f"warning: {warning}", file=sys.stderr)
+    if len(report.warnings) > 20:
+        print(f"warning: … and {len(report.warnings) - 20} more", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "replay":
+            return run_replay(args)
+    except ContextLabError as exc:
+        print(f"contextlab: error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"contextlab: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""ContextLab's engine: the pre-reasoning hook as an importable library.
+
+Importable without Django. The pieces a caller needs::
+
+    from contextlab.engine import ContextManager, Profile, Message
+
+    manager = ContextManager(Profile(max_input_length=32_000), "workspace/", system_prompt="…")
+    manager.append(messages_from_any(openai_messages))
+    turn = manager.prepare()          # runs the hook
+    send(turn.openai_messages())      # the exact payload; turn.trace says why
+"""
+
+from __future__ import annotations
+
+from contextlab.engine.errors import (
+    CompactorFailed,
+    ContextLabError,
+    InvalidMessages,
+    InvalidProfile,
+    MalformedInput,
+    TokenizerUnavailable,
+    UnknownFormat,
+)
+from contextlab.engine.hook import ContextManager, SplitPreview, TurnResult
+from contextlab.engine.messages import Message
+from contextlab.engine.profile import Profile
+
+__all__ = [
+    "CompactorFailed",
+    "ContextLabError",
+    "ContextManager",
+    "InvalidMessages",
+    "InvalidProfile",
+    "MalformedInput",
+    "Message",
+    "Profile",
+    "SplitPreview",
+    "TokenizerUnavailable",
+    "TurnResult",
+    "UnknownFormat",
+]

@@ -1,0 +1,1200 @@
+"""The pre-reasoning hook: what runs before every LLM call, for both policies.
+
+``ContextManager`` holds one agent's short-term context (system prompt, live
+messages, current summary) and its workspace on disk. ``append`` ingests
+messages (stage-1 truncation of tool results happens here, when a result is
+written into the context); ``prepare`` runs the hook and returns the exact
+payload for the next LLM call with the turn's trace; ``compact`` runs a manual
+compaction, after ``preview_compaction`` has shown the split.
+
+The ``contextlab`` policy follows seed 001 and fixes CoPaw's ways of losing
+context; the ``copaw`` policy reproduces CoPaw 1.0.2 + ReMe 0.3.1.8 through
+``contextlab.engine.copaw`` so a CoPaw user sees exactly what their agent did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contextlab.engine import copaw
+from contextlab.engine.archive import ArchiveLocation, DialogArchive
+from contextlab.engine.compactors import build_compactor
+from contextlab.engine.compactors.base import Compactor, SummaryRequest, SummaryResult
+from contextlab.engine.compactors.extractive import ExtractiveCompactor
+from contextlab.engine.errors import CompactorFailed, InvalidMessages, MalformedInput
+from contextlab.engine.messages import (
+    Block,
+    MediaBlock,
+    Message,
+    ResultPart,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    check_sequence,
+    utc_now_iso,
+)
+from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
+from contextlab.engine.prompts import resolve_language, wrap_summary
+from contextlab.engine.split import SplitPlan, plan_split
+from contextlab.engine.tokens import CopawEstimator, TiktokenCounter, TokenCounter
+from contextlab.engine.trace import Observer, StepRecord, TurnTrace, flaw
+from contextlab.engine.truncation import MARKER, OffloadStore, count_lines, cut_text, reference_only
+from contextlab.engine.validity import check_summary
+
+PATH_KEYS = ("file_path", "path", "filename", "file", "target_file")
+START_KEYS = ("start_line", "offset", "line", "view_range")
+
+
+@dataclass
+class SummaryVersion:
+    version: int
+    text: str
+    turn: int
+    trigger: str
+    compactor: str
+    created_at: str
+    compacted_ids: list[str]
+    fallback: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "text": self.text,
+            "turn": self.turn,
+            "trigger": self.trigger,
+            "compactor": self.compactor,
+            "created_at": self.created_at,
+            "compacted_ids": self.compacted_ids,
+            "fallback": self.fallback,
+        }
+
+
+@dataclass
+class TurnResult:
+    """What ``prepare``/``compact`` hand back: the payload and the trace."""
+
+    payload: list[Message]
+    trace: TurnTrace
+    summary_message: Message | None = None
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        from contextlab.engine.convert.openai import to_openai
+
+        return to_openai(self.payload)
+
+
+@dataclass
+class SplitPreview:
+    compact_ids: list[str]
+    keep_ids: list[str]
+    pinned_ids: list[str]
+    compact_tokens: int
+    kept_tokens: int
+    reserve: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class ContextManager:
+    def __init__(
+        self,
+        profile: Profile,
+        workspace: str | Path,
+        *,
+        system_prompt: str = "",
+        compactor: Compactor | None = None,
+        observer: Observer | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.workspace = Path(workspace)
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.system_prompt = system_prompt
+        self.observer = observer
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.exact_counter: TokenCounter = TiktokenCounter(profile.tokenizer)
+        self.estimator: TokenCounter = CopawEstimator(profile.estimate_divisor)
+        # The counter the policy decides with: exact for contextlab, CoPaw's
+        # estimate for copaw (so a replay sees the numbers CoPaw saw).
+        self.counter = self.exact_counter if profile.policy == "contextlab" else self.estimator
+        self.compactor = compactor or self._default_compactor()
+        self.fallback_compactor = ExtractiveCompactor()
+        self.offload = OffloadStore(self.workspace)
+        self.archive = DialogArchive(self.workspace)
+
+        self.messages: list[Message] = []
+        self.summary: str | None = None
+        self.summaries: list[SummaryVersion] = []
+        self.turn = 0
+        self.traces: list[TurnTrace] = []
+        self.archived_ids: list[str] = []
+        self.fate: dict[str, list[dict[str, Any]]] = {}
+        self.ledger: dict[str, dict[str, Any]] = {}  # "<msg id>#<block>" -> entry
+
+        self._ids: set[str] = set()
+        self._calls: dict[str, ToolUseBlock] = {}
+        self._answered: set[str] = set()
+        self._pending_calls: dict[str, str] = {}  # call id -> message id
+        self._live_tokens = 0  # policy counter, live messages
+        self._live_exact = 0
+        self._live_estimate = 0
+        self._tool_tokens = 0  # policy counter, tool-result messages
+        # Newest tool results first out; those pushed past recent_n wait here
+        # for stage 2 in the next hook run (contextlab policy).
+        self._recent: deque[str] = deque()
+        self._slid_out: list[str] = []
+
+    # ------------------------------------------------------------------ setup
+    def _default_compactor(self) -> Compactor:
+        p = self.profile
+        if p.compactor == "openai":
+            return build_compactor(
+                "openai",
+                base_url=p.compaction_base_url or None,
+                model=p.compaction_model,
+                api_key_env=p.compaction_api_key_env,
+                timeout=p.compaction_timeout,
+                retries=p.compaction_retries,
+            )
+        return build_compactor("extractive")
+
+    @property
+    def summary_version(self) -> int:
+        return self.summaries[-1].version if self.summaries else 0
+
+    # ------------------------------------------------------------- counting
+    def _tokens(self, msg: Message) -> int:
+        return self.counter.count_message(msg)
+
+    def _add_live(self, msg: Message) -> None:
+        t = self._tokens(msg)
+        self._live_tokens += t
+        self._live_exact += self.exact_counter.count_message(msg)
+        self._live_estimate += self.estimator.count_message(msg)
+        if msg.is_tool_result:
+            self._tool_tokens += t
+
+    def _remove_live(self, msg: Message) -> None:
+        t = self._tokens(msg)
+        self._live_tokens -= t
+        self._live_exact -= self.exact_counter.count_message(msg)
+        self._live_estimate -= self.estimator.count_message(msg)
+        if msg.is_tool_result:
+            self._tool_tokens -= t
+
+    def _replace_live(self, index: int, new: Message) -> None:
+        self._remove_live(self.messages[index])
+        self.messages[index] = new
+        self._add_live(new)
+
+    def _text_message_tokens(self, counter: TokenCounter, role: str, text: str) -> int:
+        if not text:
+            return 0
+        return counter.count_message(Message.text(role, text, id="_probe"))  # type: ignore[arg-type]
+
+    def summary_message(self) -> Message | None:
+        if not self.summary:
+            return None
+        if self.profile.policy == "copaw":
+            text = copaw.wrap_summary(self.summary)
+        else:
+            text = wrap_summary(
+                self.summary,
+                archive_hint=self._archive_hint(),
+                language=resolve_language(self.profile.summary_language, self.messages[-20:]),
+            )
+        return Message.text("user", text, id=f"summary-v{self.summary_version}", name="summary",
+                            metadata={"layer": "summary", "summary_version": self.summary_version})
+
+    def _archive_hint(self) -> str:
+        files = sorted({loc["file"] for events in self.fate.values() for loc in
+                        (e.get("archive") for e in events) if loc})
+        if not files:
+            return "dialog/YYYY-MM-DD.jsonl"
+        if len(files) == 1:
+            return files[0]
+        return f"{files[0]} … {files[-1]}"
+
+    # ------------------------------------------------------------- ingest
+    def append(self, messages: Iterable[Message]) -> list[Message]:
+        """Validate and ingest messages; returns them as stored (stage 1 applied).
+
+        The whole batch is checked before anything is written, so a bad batch
+        leaves the context, the workspace and the counts untouched.
+        """
+        batch = list(messages)
+        for index, msg in enumerate(batch):
+            size = sum(len(_block_text(b).encode("utf-8", "surrogatepass")) for b in msg.content)
+            if size > self.profile.max_message_bytes:
+                raise MalformedInput(
+                    f"message {msg.id!r} holds {size:,} bytes, more than the "
+                    f"{self.profile.max_message_bytes:,}-byte limit of this profile",
+                    field=f"messages[{index}].content",
+                )
+            _check_utf8(msg, index)
+        check_sequence(
+            batch,
+            known_tool_uses=self._calls.keys(),
+            known_ids=self._ids,
+            pending_calls=self._pending_calls.keys(),
+        )
+        stored: list[Message] = []
+        for msg in batch:
+            for use in msg.tool_uses:
+                self._calls[use.id] = use
+                self._pending_calls[use.id] = msg.id
+            for res in msg.tool_results:
+                self._pending_calls.pop(res.id, None)
+                self._answered.add(res.id)
+            self._ids.add(msg.id)
+            self.fate[msg.id] = [{"event": "ingested", "before_turn": self.turn + 1}]
+            if self.profile.policy == "contextlab" and msg.is_tool_result:
+                msg = self._stage_one(msg)
+            self.messages.append(msg)
+            self._add_live(msg)
+            stored.append(msg)
+        return stored
+
+    # ------------------------------------------------ tool-result truncation
+    def _limits_for(self, call: ToolUseBlock | None, *, recent: bool) -> int:
+        p = self.profile
+        if call is not None and _is_markdown_read(call, p):
+            return p.markdown_recent_max_bytes if recent else p.markdown_old_max_bytes
+        return p.recent_max_bytes if recent else p.old_max_bytes
+
+    def _stage_one(self, msg: Message) -> Message:
+        """Cut oversized results as they enter the context; offload the original once."""
+        new_blocks: list[Block] = []
+        changed = False
+        for b_index, block in enumerate(msg.content):
+            if not isinstance(block, ToolResultBlock):
+                new_blocks.append(block)
+                continue
+            key = f"{msg.id}#{b_index}"
+            self._recent.append(key)
+            while len(self._recent) > self.profile.recent_n:
+                self._slid_out.append(self._recent.popleft())
+            call = self._calls.get(block.id)
+            tool = call.name if call else block.name
+            if tool in self.profile.exempt_tool_names:
+                new_blocks.append(block)
+                continue
+            limit = self._limits_for(call, recent=True)
+            new_block, entry = self._cut_block(msg, b_index, block, call, limit, stage=1)
+            if entry is not None:
+                changed = True
+                self.ledger[key] = entry
+                self.fate[msg.id].append({"event": "truncated", "stage": 1, "before_turn": self.turn + 1,
+                                          "block": b_index, "bytes_before": entry["original_bytes"],
+                                          "bytes_after": entry["kept_bytes"], "file": entry["file"]})
+            new_blocks.append(new_block)
+        if not changed:
+            return msg
+        return msg.replace_content(new_blocks, offload=self._offload_meta(msg.id, len(msg.content)))
+
+    def _offload_meta(self, msg_id: str, n_blocks: int) -> dict[str, dict[str, Any]]:
+        return {str(i): self.ledger[f"{msg_id}#{i}"] for i in range(n_blocks) if f"{msg_id}#{i}" in self.ledger}
+
+    def _cut_block(
+        self,
+        msg: Message,
+        b_index: int,
+        block: ToolResultBlock,
+        call: ToolUseBlock | None,
+        limit: int,
+        *,
+        stage: int,
+        reference: bool = False,
+    ) -> tuple[ToolResultBlock, dict[str, Any] | None]:
+        """Cut one result to ``limit`` bytes; returns the new block and its ledger entry."""
+        key = f"{msg.id}#{b_index}"
+        previous = self.ledger.get(key)
+        if previous is not None:
+            original = self.offload.read(previous["file"])
+        else:
+            original = block.output_text()
+        raw_len = len(original.encode("utf-8"))
+        if not reference and raw_len <= limit + TRUNCATION_SLACK_BYTES:
+            return block, None
+        if previous is None:
+            saved = self.offload.save(original, name=uuid.uuid4().hex)
+            file_rel, sha = saved.relative, saved.sha256
+        else:
+            file_rel, sha = previous["file"], previous["sha256"]
+        real_path, start_line = _read_file_origin(call, self.profile)
+        notice_path = real_path or str(self.offload.workspace / file_rel)
+        single_line = False
+        if reference:
+            text = reference_only(file_path=notice_path, total_lines=count_lines(original),
+                                  original_bytes=raw_len, start_line=start_line)
+            kept = 0
+        else:
+            cut = cut_text(original, max_bytes=limit, file_path=notice_path, start_line=start_line,
+                           total_lines=(start_line - 1 + count_lines(original)) if real_path else None)
+            text, kept = cut.text, cut.kept_bytes
+        single_line = count_lines(original) <= 1
+        output: str | tuple[ResultPart, ...]
+        if isinstance(block.output, str):
+            output = text
+        else:
+            # Media parts stay; the text parts collapse into the one excerpt.
+            media = tuple(p for p in block.output if isinstance(p, MediaBlock))
+            output = (TextBlock(text), *media)
+        entry = {
+            "message_id": msg.id,
+            "block": b_index,
+            "tool": call.name if call else block.name,
+            "tool_use_id": block.id,
+            "stage": stage,
+            "limit": limit,
+            "original_bytes": raw_len,
+            "kept_bytes": kept,
+            "file": file_rel,
+            "sha256": sha,
+            "real_path": real_path,
+            "reference_only": reference,
+            "single_line": single_line,
+            "at_turn": self.turn if stage == 2 else self.turn + 1,
+            "expires_at": (self.clock() + dt.timedelta(days=self.profile.retention_days)).isoformat(),
+        }
+        return ToolResultBlock(id=block.id, name=block.name, output=output, is_error=block.is_error), entry
+
+    def _stage_two(self, record: StepRecord) -> None:
+        """Re-cut results that slid out of the newest ``recent_n`` (contextlab)."""
+        positions = {m.id: i for i, m in enumerate(self.messages)} if self._slid_out else {}
+        cut_entries: list[dict[str, Any]] = []
+        for key in self._slid_out:
+            msg_id, _, b = key.rpartition("#")
+            index = positions.get(msg_id)
+            if index is None:
+                continue  # already compacted away
+            msg = self.messages[index]
+            block = msg.content[int(b)]
+            if not isinstance(block, ToolResultBlock):
+                continue
+            call = self._calls.get(block.id)
+            tool = call.name if call else block.name
+            if tool in self.profile.exempt_tool_names:
+                continue
+            browser = tool in self.profile.browser_tool_names
+            limit = self._limits_for(call, recent=False)
+            original_bytes = self.ledger[key]["original_bytes"] if key in self.ledger else len(
+                block.output_text().encode("utf-8"))
+            if original_bytes <= limit + TRUNCATION_SLACK_BYTES:
+                continue
+            new_block, entry = self._cut_block(msg, int(b), block, call, limit, stage=2, reference=browser)
+            if entry is None:
+                continue
+            before = self.ledger.get(key, {}).get("kept_bytes", original_bytes)
+            self.ledger[key] = entry
+            blocks = list(msg.content)
+            blocks[int(b)] = new_block
+            new_msg = msg.replace_content(blocks, offload=self._offload_meta(msg.id, len(blocks)))
+            self._replace_live(index, new_msg)
+            self.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": self.turn, "block": int(b),
+                                      "bytes_before": before, "bytes_after": entry["kept_bytes"],
+                                      "file": entry["file"]})
+            cut_entries.append({"message_id": msg.id, "tool": tool, "bytes_before": before,
+                                "bytes_after": entry["kept_bytes"], "file": entry["file"],
+                                "reference_only": browser})
+        self._slid_out = []
+        record.details["stage2"] = cut_entries
+        record.numbers["stage2_count"] = len(cut_entries)
+        record.numbers["stage1_total"] = sum(1 for e in self.ledger.values() if e["stage"] == 1)
+        record.status = "fired" if cut_entries else "ok"
+        record.outcome = (f"re-cut {len(cut_entries)} result(s) that slid out of the newest {self.profile.recent_n}"
+                          if cut_entries else "no result slid out of the recent window")
+
+    # ------------------------------------------------------------ the hook
+    def prepare(self) -> TurnResult:
+        """Run the pre-reasoning hook and return the payload for the next LLM call."""
+        self.turn += 1
+        trace = self._new_trace("auto")
+        try:
+            if self.profile.policy == "copaw":
+                self._copaw_turn(trace)
+            else:
+                self._contextlab_turn(trace, manual=False, instruction=None)
+        except Exception as exc:  # the trace must record what broke, then re-raise
+            trace.error = f"{type(exc).__name__}: {exc}"
+            trace.finish()
+            self.traces.append(trace)
+            raise
+        return self._finish(trace)
+
+    def compact(self, instruction: str | None = None) -> TurnResult:
+        """Manual compaction (``/compact [instruction]``): steps 3-4 on demand."""
+        self.turn += 1
+        trace = self._new_trace("manual")
+        if self.profile.policy == "copaw":
+            self._copaw_manual(trace, instruction)
+        else:
+            self._contextlab_turn(trace, manual=True, instruction=instruction)
+        return self._finish(trace)
+
+    def preview_compaction(self) -> SplitPreview:
+        """Which messages a manual compaction would summarise and which it keeps."""
+        if self.profile.policy == "copaw":
+            ids = [m.id for m in self.messages]
+            return SplitPreview(ids, [], [], self._live_tokens, 0, 0,
+                                ["CoPaw's /compact summarises every live message"])
+        plan = plan_split(self.messages, [self._tokens(m) for m in self.messages], reserve=self.profile.reserve)
+        return SplitPreview(
+            compact_ids=[self.messages[i].id for i in plan.compact],
+            keep_ids=[self.messages[i].id for i in plan.keep],
+            pinned_ids=[self.messages[plan.pinned].id] if plan.pinned is not None else [],
+            compact_tokens=plan.compact_tokens,
+            kept_tokens=plan.kept_tokens,
+            reserve=plan.reserve,
+            notes=plan.notes,
+        )
+
+    def _new_trace(self, trigger: str) -> TurnTrace:
+        p = self.profile
+        return TurnTrace(
+            turn=self.turn,
+            trigger=trigger,
+            policy=p.policy,
+            counter=self.counter.key,
+            exact=self.counter.exact,
+            budget={"window": p.max_input_length, "threshold": p.threshold, "reserve": p.reserve},
+        )
+
+    def _gate(self, trace: TurnTrace) -> tuple[int, int, StepRecord]:
+        p = self.profile
+        with trace.step("gate", self.observer) as rec:
+            system_tokens = self._text_message_tokens(self.counter, "system", self.system_prompt)
+            summary_msg = self.summary_message()
+            summary_tokens = self.counter.count_message(summary_msg) if summary_msg else 0
+            used = system_tokens + summary_tokens
+            left = p.threshold - used
+            rec.inputs = {"system_prompt_chars": len(self.system_prompt),
+                          "summary_version": self.summary_version}
+            rec.numbers = {"threshold": p.threshold, "reserve": p.reserve, "system_tokens": system_tokens,
+                           "summary_tokens": summary_tokens, "used": used, "left": left,
+                           "messages_tokens": self._live_tokens, "messages_exact": self._live_exact,
+                           "messages_estimate": self._live_estimate, "message_count": len(self.messages)}
+            if left <= p.reserve:
+                rec.status = "warning"
+                rec.outcome = "over budget before any message"
+                rec.reasons.append(
+                    f"system prompt + summary use {used:,} of the {p.threshold:,}-token threshold, "
+                    f"leaving {left:,}, not more than the {p.reserve:,}-token reserve")
+            else:
+                rec.outcome = f"{left:,} tokens left for messages"
+        return used, left, rec
+
+    # ---- contextlab
+    def _contextlab_turn(self, trace: TurnTrace, *, manual: bool, instruction: str | None) -> None:
+        p = self.profile
+        used, left, gate = self._gate(trace)
+        if gate.status == "warning":
+            trace.flaws_avoided.append(flaw(
+                "gate_disables_compaction",
+                f"left {left:,} ≤ reserve {p.reserve:,}: CoPaw would stop compacting here; we still compact"))
+        with trace.step("tool_result_compaction", self.observer) as rec:
+            self._stage_two(rec)
+            self._note_truncation_flaws(trace, rec)
+        with trace.step("context_check", self.observer) as rec:
+            total = self._live_tokens
+            rec.numbers = {"total": total, "threshold_left": left, "reserve": p.reserve,
+                           "estimate_total": self._live_estimate, "exact_total": self._live_exact}
+            self._note_estimator_flaws(trace, left)
+            plan: SplitPlan | None = None
+            if not manual and total < left:
+                rec.outcome = f"{total:,} < {left:,}: keep everything"
+                rec.status = "ok"
+            else:
+                tokens = [self._tokens(m) for m in self.messages]
+                # When the gate leaves less than the reserve, keep only what
+                # still fits under the threshold (never a negative budget).
+                reserve = min(p.reserve, max(left, 0)) if gate.status == "warning" else p.reserve
+                plan = plan_split(self.messages, tokens, reserve=reserve)
+                rec.status = "fired"
+                rec.numbers.update(plan.as_numbers())
+                rec.reasons.extend(plan.notes)
+                rec.details["compact_ids"] = [self.messages[i].id for i in plan.compact]
+                rec.details["keep_ids"] = [self.messages[i].id for i in plan.keep]
+                if plan.pinned is not None:
+                    rec.details["pinned_id"] = self.messages[plan.pinned].id
+                rec.outcome = (f"compact {len(plan.compact)} message(s) ({plan.compact_tokens:,} tokens), "
+                               f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
+                if not manual:
+                    self._note_split_flaws(trace, left)
+        if plan is None or not plan.compact:
+            if plan is not None:
+                trace.outcome = "nothing_to_compact"
+            self._window_guard(trace)
+            return
+        to_compact = [self.messages[i] for i in plan.compact]
+        summary, result, fallback = self._summarise(trace, to_compact, manual=manual, instruction=instruction)
+        if summary is None:
+            trace.outcome = "compaction_failed"
+            trace.flaws_avoided.append(flaw(
+                "failed_summary_drops_messages",
+                f"the summary failed; CoPaw would have dropped {len(to_compact)} message(s) and the previous "
+                f"summary, we kept both"))
+            self._window_guard(trace)
+            return
+        self._mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
+        trace.outcome = "fallback_summary" if fallback else "compacted"
+        truncated = [m.id for m in to_compact if m.metadata.get("offload")]
+        if truncated:
+            trace.flaws_avoided.append(flaw(
+                "archive_truncated_text",
+                f"{len(truncated)} archived message(s) hold their full original tool output"))
+        if any(_local_date(m) != m.timestamp[:10] for m in to_compact):
+            trace.flaws_avoided.append(flaw("local_time_dates", "archive files dated in UTC"))
+        self._window_guard(trace)
+
+    def _summarise(
+        self, trace: TurnTrace, to_compact: list[Message], *, manual: bool, instruction: str | None
+    ) -> tuple[str | None, SummaryResult | None, bool]:
+        """Steps 03a/03b + LLM call + validity. Returns (summary or None, result, used_fallback)."""
+        p = self.profile
+        language = resolve_language(p.summary_language, to_compact)
+        originals = [self._original(m) for m in to_compact]
+        request = SummaryRequest(messages=originals, previous_summary=self.summary, language=language,
+                                 extra_instruction=instruction, cap_tokens=int(p.max_input_length * 0.6))
+        result: SummaryResult | None = None
+        failure: str | None = None
+        raw: dict[str, Any] = {}
+        with trace.step("summary", self.observer) as rec:
+            rec.inputs = {"mode": "incremental" if self.summary else "initial", "language": language,
+                          "message_count": len(originals), "compactor": self.compactor.name,
+                          "instruction": instruction, "previous_summary_version": self.summary_version}
+            try:
+                result = self.compactor.summarize(request)
+                rec.numbers = {"latency_ms": round(result.latency_ms, 1), "attempts": result.attempts,
+                               "summary_chars": len(result.text)}
+                rec.details = {"model": result.model, "usage": result.usage, "compactor": result.compactor}
+                rec.outcome = f"{'incremental update' if self.summary else 'initial summary'} by {result.compactor}"
+                rec.status = "fired"
+            except CompactorFailed as exc:
+                failure = exc.message
+                raw = {"request": getattr(exc, "raw_request", None), "response": getattr(exc, "raw_response", None)}
+                rec.status = "failed"
+                rec.outcome = "the summary call failed"
+                rec.reasons.append(exc.message)
+        with trace.step("validity", self.observer) as rec:
+            if result is not None:
+                verdict = check_summary(result.text, language=language)
+                rec.numbers = {"missing_sections": len(verdict.missing_sections)}
+                rec.details = {"missing_sections": verdict.missing_sections}
+                if verdict.valid:
+                    rec.outcome = "all six sections present"
+                    return result.text, result, False
+                failure = "; ".join(verdict.reasons)
+                raw = {"request": result.raw_request, "response": result.raw_response, "text": result.text}
+                rec.status = "failed"
+                rec.reasons.extend(verdict.reasons)
+                if copaw.is_valid_summary(result.text):
+                    trace.flaws_avoided.append(flaw(
+                        "weak_validity_check",
+                        "the reply contains '##' so CoPaw would have accepted it: " + failure))
+            else:
+                rec.status = "skipped"
+                rec.outcome = "no reply to check"
+            dump = self._save_invalid(trace, failure or "unknown failure", raw)
+            rec.details["saved"] = dump
+            # Keep the previous summary and the messages, unless keeping them would
+            # overflow the window: then an offline extractive summary stands in.
+            payload_tokens = self._payload_tokens_estimate()
+            overflow = payload_tokens > p.max_input_length or manual
+            if overflow and self.compactor.name != self.fallback_compactor.name:
+                fallback = self.fallback_compactor.summarize(request)
+                rec.reasons.append(
+                    "fell back to the offline extractive summary" + (
+                        " (manual compaction requested)" if manual else
+                        f" because keeping everything would need {payload_tokens:,} of "
+                        f"{p.max_input_length:,} tokens"))
+                rec.outcome = "invalid or failed summary replaced by the extractive fallback"
+                return fallback.text, fallback, True
+            rec.outcome = "invalid or failed summary: previous summary and messages kept"
+            return None, result, False
+
+    def _payload_tokens_estimate(self) -> int:
+        summary_msg = self.summary_message()
+        return (self._text_message_tokens(self.counter, "system", self.system_prompt)
+                + (self.counter.count_message(summary_msg) if summary_msg else 0) + self._live_tokens)
+
+    def _save_invalid(self, trace: TurnTrace, reason: str, raw: dict[str, Any]) -> str:
+        name = f"compact_invalid_{uuid.uuid4().hex[:8]}.json"
+        data = {"turn": trace.turn, "policy": self.profile.policy, "reason": reason, "saved_at": utc_now_iso(), **raw}
+        (self.workspace / name).write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str),
+                                           encoding="utf-8")
+        return name
+
+    def _original(self, msg: Message) -> Message:
+        """The message as it was ingested: offloaded tool output read back in full."""
+        offload = msg.metadata.get("offload")
+        if not offload:
+            return msg
+        blocks = list(msg.content)
+        for b_index, entry in offload.items():
+            block = blocks[int(b_index)]
+            if isinstance(block, ToolResultBlock):
+                full = self.offload.read(entry["file"])
+                if isinstance(block.output, str):
+                    output: str | tuple[ResultPart, ...] = full
+                else:
+                    media = tuple(p for p in block.output if isinstance(p, MediaBlock))
+                    output = (TextBlock(full), *media)
+                blocks[int(b_index)] = ToolResultBlock(block.id, block.name, output, block.is_error)
+        meta = {k: v for k, v in msg.metadata.items() if k != "offload"}
+        meta["offloaded_files"] = [e["file"] for e in offload.values()]
+        return Message(role=msg.role, content=tuple(blocks), id=msg.id, name=msg.name,
+                       timestamp=msg.timestamp, metadata=meta)
+
+    def _mark_compressed(
+        self,
+        trace: TurnTrace,
+        to_compact: list[Message],
+        summary: str,
+        result: SummaryResult | None,
+        *,
+        fallback: bool,
+        trigger: str,
+        archive_originals: bool = True,
+        date_for: Callable[[Message], str] | None = None,
+    ) -> None:
+        version = self.summary_version + 1
+        with trace.step("mark_compressed", self.observer) as rec:
+            records = [((self._original(m) if archive_originals else m),
+                        {"archived_turn": trace.turn, "summary_version": version}) for m in to_compact]
+            # Archive first: a crash after this line leaves a duplicate, never a loss.
+            kwargs: dict[str, Any] = {"date_for": date_for} if date_for else {}
+            locations = self.archive.append(records, **kwargs)
+            gone = {m.id for m in to_compact}
+            for msg in to_compact:
+                self._remove_live(msg)
+            self.messages = [m for m in self.messages if m.id not in gone]
+            self.summary = summary
+            self.summaries.append(SummaryVersion(
+                version=version, text=summary, turn=trace.turn, trigger=trigger,
+                compactor=result.compactor if result else "none", created_at=utc_now_iso(),
+                compacted_ids=[m.id for m in to_compact], fallback=fallback))
+            for msg, loc in zip(to_compact, locations, strict=True):
+                self.archived_ids.append(msg.id)
+                self.fate[msg.id].append({"event": "compacted", "turn": trace.turn, "summary_version": version,
+                                          "archive": loc.to_dict()})
+            files = sorted({loc.file for loc in locations})
+            rec.status = "fired"
+            rec.numbers = {"archived": len(to_compact), "summary_version": version,
+                           "first_line": locations[0].line if locations else None,
+                           "last_line": locations[-1].line if locations else None}
+            rec.details = {"files": files, "locations": {m.id: loc.to_dict()
+                                                          for m, loc in zip(to_compact, locations, strict=True)}}
+            rec.outcome = f"archived {len(to_compact)} message(s) to {', '.join(files)}; summary v{version}"
+
+    def _window_guard(self, trace: TurnTrace) -> None:
+        """Last resort: if the payload would still overflow the window, re-cut tool
+        output in the live context (originals stay in their files)."""
+        p = self.profile
+        needed = self._payload_tokens_estimate()
+        if needed <= p.max_input_length:
+            return
+        recut: list[str] = []
+        candidates = sorted(
+            ((self._tokens(m), i) for i, m in enumerate(self.messages) if m.is_tool_result), reverse=True)
+        for _, index in candidates:
+            if needed <= p.max_input_length:
+                break
+            msg = self.messages[index]
+            blocks = list(msg.content)
+            changed = False
+            for b_index, block in enumerate(blocks):
+                if not isinstance(block, ToolResultBlock):
+                    continue
+                call = self._calls.get(block.id)
+                new_block, entry = self._cut_block(msg, b_index, block, call, p.old_max_bytes, stage=2)
+                if entry is not None:
+                    self.ledger[f"{msg.id}#{b_index}"] = entry
+                    blocks[b_index] = new_block
+                    changed = True
+            if changed:
+                before = self._tokens(msg)
+                new_msg = msg.replace_content(blocks, offload=self._offload_meta(msg.id, len(blocks)))
+                self._replace_live(index, new_msg)
+                needed -= before - self._tokens(new_msg)
+                self.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": trace.turn,
+                                          "reason": "window guard"})
+                recut.append(msg.id)
+        if recut:
+            step = trace.get("tool_result_compaction")
+            if step is not None:
+                step.details["window_guard"] = recut
+                step.reasons.append(f"re-cut {len(recut)} result(s) in the kept tail so the payload fits the window")
+            trace.flaws_avoided.append(flaw(
+                "newest_user_compacted",
+                "the kept tail was larger than the reserve: CoPaw would have compacted everything, "
+                "the newest request included; we re-cut tool output instead"))
+
+    # ---- flaw notes (what CoPaw would have done here)
+    def _note_truncation_flaws(self, trace: TurnTrace, rec: StepRecord) -> None:
+        fresh = [e for e in self.ledger.values() if e["at_turn"] == self.turn and not e["reference_only"]]
+        if fresh:
+            trace.flaws_avoided.append(flaw(
+                "raw_byte_cut",
+                f"{len(fresh)} result(s) cut at a line or character boundary with the true byte count"))
+        single_line = [e for e in fresh if e["single_line"]]
+        if single_line:
+            trace.flaws_avoided.append(flaw(
+                "silent_single_line_cut",
+                f"{len(single_line)} single-line result(s) got a notice with the byte offset to continue from"))
+
+    def _note_estimator_flaws(self, trace: TurnTrace, left: int) -> None:
+        exact, estimate = self._live_exact, self._live_estimate
+        if exact >= left > estimate:
+            trace.flaws_avoided.append(flaw(
+                "estimator_undercount",
+                f"exact {exact:,} tokens ≥ {left:,} but CoPaw's estimate is {estimate:,}: it would not compact yet"))
+        elif estimate >= left > exact:
+            trace.flaws_avoided.append(flaw(
+                "estimator_overcount",
+                f"CoPaw's estimate {estimate:,} ≥ {left:,} while the exact count is {exact:,}"))
+
+    def _note_split_flaws(self, trace: TurnTrace, left: int) -> None:
+        """Run CoPaw's own split on the same messages and name what it would get wrong."""
+        dicts = [_as_agentscope(m) for m in self.messages]
+        reserve = self.profile.reserve
+        compact, keep, valid = copaw.context_check(dicts, threshold=max(left, 0), reserve=reserve,
+                                                   divisor=self.profile.estimate_divisor)
+        if not compact and not valid and left <= reserve:
+            return  # already named at the gate
+        if keep and keep != list(range(keep[0], len(dicts))):
+            trace.flaws_avoided.append(flaw("non_contiguous_keep", f"CoPaw would keep indices {keep[:8]}…"))
+        if not valid:
+            k = copaw.copaw_fallback_keep(dicts)
+            trace.flaws_avoided.append(flaw(
+                "invalid_split_fallback",
+                f"CoPaw's split is invalid; it would keep the last {k} message(s) and compact {len(dicts) - k}"))
+        newest = max((i for i, m in enumerate(self.messages) if m.is_user_turn), default=None)
+        if newest is not None and newest in compact:
+            trace.flaws_avoided.append(flaw("newest_user_compacted",
+                                            f"CoPaw would compact the newest user message (index {newest})"))
+        kept_set = set(keep)
+        for i in keep:
+            if self.messages[i].role == "assistant" and i > 0 and (i - 1) not in kept_set and \
+                    self.messages[i - 1].is_user_turn:
+                trace.flaws_avoided.append(flaw("turn_split", f"CoPaw keeps answer {i} without question {i - 1}"))
+                break
+
+    # ---- copaw
+    def _copaw_turn(self, trace: TurnTrace) -> None:
+        p = self.profile
+        used, left, gate = self._gate(trace)
+        if left <= 0:
+            gate.reasons.append("CoPaw returns here without doing anything, tool-result compaction included")
+            trace.outcome = "over_budget"
+            trace.copaw_losses.append(flaw("gate_disables_compaction", f"left = {left:,} ≤ 0"))
+            return
+        with trace.step("tool_result_compaction", self.observer) as rec:
+            self._copaw_tool_results(trace, rec)
+        with trace.step("context_check", self.observer) as rec:
+            dicts = [_as_agentscope(m) for m in self.messages]
+            compact, keep, valid = copaw.context_check(dicts, threshold=left, reserve=p.reserve,
+                                                       divisor=p.estimate_divisor)
+            rec.numbers = {"total": self._live_tokens, "threshold_left": left, "reserve": p.reserve,
+                           "exact_total": self._live_exact, "compact_count": len(compact),
+                           "keep_count": len(keep), "is_valid": valid}
+            if left <= p.reserve:
+                trace.copaw_losses.append(flaw(
+                    "gate_disables_compaction",
+                    f"left {left:,} ≤ reserve {p.reserve:,}: ReMe's assertion fails and nothing is ever compacted"))
+            if not compact:
+                rec.outcome = "nothing to compact"
+                return
+            rec.status = "fired"
+            if keep and keep != list(range(keep[0], len(dicts))):
+                trace.copaw_losses.append(flaw("non_contiguous_keep", f"kept indices {keep[:12]}"))
+            newest = max((i for i, m in enumerate(self.messages) if m.is_user_turn), default=None)
+            if not valid:
+                k = copaw.copaw_fallback_keep(dicts)
+                compact = list(range(0, len(dicts) - k))
+                keep = list(range(len(dicts) - k, len(dicts)))
+                rec.reasons.append(f"invalid split (tool ids misaligned): fallback keeps the last {k} message(s)")
+                trace.copaw_losses.append(flaw("invalid_split_fallback", f"kept the last {k}, compacted {len(compact)}"))
+            if newest is not None and newest in compact:
+                trace.copaw_losses.append(flaw("newest_user_compacted", f"the newest user message (index {newest})"))
+            rec.details = {"compact_ids": [self.messages[i].id for i in compact],
+                           "keep_ids": [self.messages[i].id for i in keep]}
+            rec.outcome = f"compact {len(compact)}, keep {len(keep)}, is_valid={valid}"
+        to_compact = [self.messages[i] for i in compact]
+        self._copaw_compact(trace, to_compact, instruction=None, trigger="auto")
+
+    def _copaw_compact(self, trace: TurnTrace, to_compact: list[Message], *, instruction: str | None,
+                       trigger: str) -> None:
+        language = "zh" if self.profile.summary_language == "zh" else (
+            resolve_language(self.profile.summary_language, to_compact))
+        request = SummaryRequest(messages=list(to_compact), previous_summary=self.summary, language=language,
+                                 extra_instruction=instruction,
+                                 cap_tokens=int(self.profile.max_input_length * self.profile.compact_ratio * 0.95))
+        text = ""
+        result: SummaryResult | None = None
+        with trace.step("summary", self.observer) as rec:
+            rec.inputs = {"mode": "incremental" if self.summary else "initial", "language": language,
+                          "message_count": len(to_compact), "compactor": self.compactor.name}
+            try:
+                result = self.compactor.summarize(request)
+                text = result.text
+                rec.status = "fired"
+                rec.numbers = {"latency_ms": round(result.latency_ms, 1), "attempts": result.attempts}
+                rec.outcome = f"summary by {result.compactor}"
+            except CompactorFailed as exc:
+                rec.status = "failed"
+                rec.reasons.append(exc.message)
+                rec.outcome = "the summary call failed"
+        with trace.step("validity", self.observer) as rec:
+            if not copaw.is_valid_summary(text):
+                rec.status = "failed"
+                rec.outcome = "no '##' in the reply: CoPaw treats the summary as empty"
+                rec.details["saved"] = self._save_invalid(trace, "invalid summary", {"text": text})
+                text = ""
+            else:
+                rec.outcome = "contains '##'"
+        if not text and trigger == "manual":
+            trace.outcome = "compaction_failed"
+            return  # /compact leaves memory and summary unchanged on failure
+        if not text:
+            trace.outcome = "compaction_failed"
+            trace.copaw_losses.append(flaw(
+                "failed_summary_drops_messages",
+                f"{len(to_compact)} message(s) removed and the previous summary erased"))
+        if any(m.is_tool_result and MARKER in m.plain_text() for m in to_compact):
+            trace.copaw_losses.append(flaw("archive_truncated_text", "archived tool output is the truncated excerpt"))
+        if any(_local_date(m) != m.timestamp[:10] for m in to_compact):
+            trace.copaw_losses.append(flaw("local_time_dates", "archive file chosen by local time, not UTC"))
+        self._mark_compressed(trace, to_compact, text, result, fallback=False, trigger=trigger,
+                              archive_originals=False, date_for=_local_date)
+        if text:
+            trace.outcome = "compacted"
+        else:
+            self.summary = None
+
+    def _copaw_manual(self, trace: TurnTrace, instruction: str | None) -> None:
+        self._gate(trace)
+        if not self.messages:
+            trace.outcome = "nothing_to_compact"
+            return
+        self._copaw_compact(trace, list(self.messages), instruction=instruction, trigger="manual")
+
+    def _copaw_tool_results(self, trace: TurnTrace, rec: StepRecord) -> None:
+        p = self.profile
+        dicts = [_as_agentscope(m) for m in self.messages]
+        folder = self.offload.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        before_files = set(folder.glob("*.txt"))
+        new_dicts = copaw.compact_tool_results(dicts, recent_n=p.recent_n, old_max_bytes=p.old_max_bytes,
+                                               recent_max_bytes=p.recent_max_bytes, tool_result_dir=folder)
+        removed = copaw.cleanup_expired_files(folder, p.retention_days)
+        new_files = sorted(set(folder.glob("*.txt")) - before_files)
+        changed: list[dict[str, Any]] = []
+        silent = 0
+        for index, (old, new) in enumerate(zip(dicts, new_dicts, strict=True)):
+            if old == new:
+                continue
+            msg = self.messages[index]
+            blocks = list(msg.content)
+            for b_index, block in enumerate(blocks):
+                if not isinstance(block, ToolResultBlock):
+                    continue
+                new_out = _agentscope_output(new["content"], block.id)
+                if new_out is None or new_out == block.output_text():
+                    continue
+                before_bytes = len(block.output_text().encode("utf-8"))
+                blocks[b_index] = ToolResultBlock(block.id, block.name, new_out, block.is_error)
+                has_marker = MARKER in new_out
+                silent += 0 if has_marker else 1
+                changed.append({"message_id": msg.id, "tool": block.name, "bytes_before": before_bytes,
+                                "bytes_after": len(new_out.encode("utf-8")), "notice": has_marker})
+                self.fate[msg.id].append({"event": "truncated", "stage": "copaw", "turn": self.turn,
+                                          "block": b_index, "bytes_before": before_bytes,
+                                          "bytes_after": len(new_out.encode("utf-8"))})
+            self._replace_live(index, msg.replace_content(blocks))
+        rec.details = {"changed": changed, "new_files": [f"tool_result/{f.name}" for f in new_files],
+                       "expired_files_removed": removed}
+        rec.numbers = {"changed": len(changed), "new_files": len(new_files), "expired_removed": removed}
+        rec.status = "fired" if changed else "ok"
+        rec.outcome = f"{len(changed)} result(s) cut in place" if changed else "nothing to cut"
+        if changed:
+            trace.copaw_losses.append(flaw("raw_byte_cut", f"{len(changed)} result(s) cut at a raw byte count"))
+        if silent:
+            trace.copaw_losses.append(flaw("silent_single_line_cut", f"{silent} result(s) cut with no notice"))
+        if len(new_files) > len([c for c in changed if c["notice"]]) and silent:
+            trace.copaw_losses.append(flaw("duplicate_remnant_file", "a remnant was saved as a new file"))
+
+    # ----------------------------------------------------------- the result
+    def _finish(self, trace: TurnTrace) -> TurnResult:
+        summary_msg = self.summary_message()
+        payload: list[Message] = []
+        if self.system_prompt:
+            payload.append(Message.text("system", self.system_prompt, id="system",
+                                        metadata={"layer": "system"}))
+        if summary_msg is not None:
+            payload.append(summary_msg)
+        payload.extend(self.messages)
+        with trace.step("result", self.observer) as rec:
+            system_tokens = self._text_message_tokens(self.exact_counter, "system", self.system_prompt)
+            summary_tokens = self.exact_counter.count_message(summary_msg) if summary_msg else 0
+            tool_tokens = sum(self.exact_counter.count_message(m) for m in self.messages if m.is_tool_result) \
+                if self.profile.policy == "copaw" else self._exact_tool_tokens()
+            message_tokens = self._live_exact - tool_tokens
+            total = system_tokens + summary_tokens + self._live_exact + 3
+            pinned = [m.id for m in self.messages if m.is_user_turn][-1:]
+            rec.numbers = {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
+                           "tool_results": tool_tokens, "total": total, "window": self.profile.max_input_length,
+                           "message_count": len(self.messages), "estimate_total": self._live_estimate}
+            rec.status = "warning" if total > self.profile.max_input_length else "ok"
+            rec.outcome = (f"{total:,} tokens sent: system prompt + "
+                           f"{'summary v' + str(self.summary_version) + ' + ' if summary_msg else ''}"
+                           f"{len(self.messages)} message(s)")
+            trace.payload = {
+                "message_ids": [m.id for m in self.messages],
+                "pinned_message_ids": pinned,
+                "summary_version": self.summary_version,
+                "tokens": {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
+                           "tool_results": tool_tokens, "total": total},
+            }
+        trace.finish()
+        self.traces.append(trace)
+        return TurnResult(payload=payload, trace=trace, summary_message=summary_msg)
+
+    def _exact_tool_tokens(self) -> int:
+        if self.counter is self.exact_counter:
+            return self._tool_tokens
+        return sum(self.exact_counter.count_message(m) for m in self.messages if m.is_tool_result)
+
+    # ------------------------------------------------------------ upkeep
+    def referenced_files(self) -> set[str]:
+        refs: set[str] = set()
+        for msg in self.messages:
+            for entry in (msg.metadata.get("offload") or {}).values():
+                refs.add(entry["file"])
+        return refs
+
+    def cleanup_offloaded(self, now: dt.datetime | None = None) -> list[str]:
+        """Retention cleanup of ``tool_result/`` that spares every referenced file."""
+        return self.offload.cleanup_expired(retention_days=self.profile.retention_days,
+                                            referenced=self.referenced_files(), now=now)
+
+    def pending_tool_calls(self) -> list[str]:
+        return sorted(self._pending_calls)
+
+    def live_ids(self) -> list[str]:
+        return [m.id for m in self.messages]
+
+    # ------------------------------------------------------------ persistence
+    def export_state(self) -> dict[str, Any]:
+        """The whole in-memory state as JSON-ready data (the workspace holds the rest)."""
+        return {
+            "state_version": 1,
+            "system_prompt": self.system_prompt,
+            "turn": self.turn,
+            "summary": self.summary,
+            "summaries": [s.to_dict() for s in self.summaries],
+            "messages": [m.to_dict() for m in self.messages],
+            "archived_ids": list(self.archived_ids),
+            "fate": self.fate,
+            "ledger": self.ledger,
+            "ids": sorted(self._ids),
+            "calls": {k: {"id": v.id, "name": v.name, "input": v.input, "raw_input": v.raw_input}
+                      for k, v in self._calls.items()},
+            "answered": sorted(self._answered),
+            "pending_calls": self._pending_calls,
+            "recent": list(self._recent),
+            "slid_out": list(self._slid_out),
+        }
+
+    @classmethod
+    def from_state(
+        cls,
+        profile: Profile,
+        workspace: str | Path,
+        state: dict[str, Any],
+        *,
+        compactor: Compactor | None = None,
+        observer: Observer | None = None,
+    ) -> ContextManager:
+        manager = cls(profile, workspace, system_prompt=state.get("system_prompt", ""),
+                      compactor=compactor, observer=observer)
+        manager.turn = int(state.get("turn", 0))
+        manager.summary = state.get("summary")
+        manager.summaries = [SummaryVersion(**s) for s in state.get("summaries", [])]
+        manager.archived_ids = list(state.get("archived_ids", []))
+        manager.fate = dict(state.get("fate", {}))
+        manager.ledger = dict(state.get("ledger", {}))
+        manager._ids = set(state.get("ids", []))
+        manager._calls = {k: ToolUseBlock(id=v["id"], name=v["name"], input=v["input"], raw_input=v["raw_input"])
+                          for k, v in state.get("calls", {}).items()}
+        manager._answered = set(state.get("answered", []))
+        manager._pending_calls = dict(state.get("pending_calls", {}))
+        manager._recent = deque(state.get("recent", []))
+        manager._slid_out = list(state.get("slid_out", []))
+        for data in state.get("messages", []):
+            msg = Message.from_dict(data)
+            manager.messages.append(msg)
+            manager._add_live(msg)
+        return manager
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a caller needs to show or store the current state."""
+        return {
+            "turn": self.turn,
+            "policy": self.profile.policy,
+            "summary": self.summary,
+            "summary_version": self.summary_version,
+            "live_message_ids": self.live_ids(),
+            "archived_message_ids": list(self.archived_ids),
+            "tokens": {"live": self._live_tokens, "exact": self._live_exact, "estimate": self._live_estimate},
+        }
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _block_text(block: Block) -> str:
+    if isinstance(block, TextBlock):
+        return block.text
+    if isinstance(block, ToolResultBlock):
+        return block.output_text()
+    if isinstance(block, ToolUseBlock):
+        return block.raw_input or json.dumps(block.input, ensure_ascii=False)
+    if isinstance(block, MediaBlock):
+        return block.data or block.url or ""
+    return block.thinking
+
+
+def _check_utf8(msg: Message, index: int) -> None:
+    """Lone surrogates (what invalid UTF-8 becomes after a lenient decode) are refused."""
+    for block in msg.content:
+        text = _block_text(block)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMessages(
+                f"message {msg.id!r} holds text that is not valid UTF-8 (at character {exc.start})",
+                field=f"messages[{index}].content",
+            ) from exc
+
+
+def _is_markdown_read(call: ToolUseBlock, profile: Profile) -> bool:
+    if call.name not in profile.read_file_tool_names:
+        return False
+    path = _path_argument(call)
+    return bool(path) and path.lower().endswith((".md", ".markdown", ".mdx"))
+
+
+def _path_argument(call: ToolUseBlock) -> str | None:
+    for key in PATH_KEYS:
+        value = call.input.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _read_file_origin(call: ToolUseBlock | None, profile: Profile) -> tuple[str | None, int]:
+    """For read_file-like tools: the real file and the line the result starts at."""
+    if call is None or call.name not in profile.read_file_tool_names:
+        return None, 1
+    path = _path_argument(call)
+    start = 1
+    for key in START_KEYS:
+        value = call.input.get(key)
+        if isinstance(value, list) and value and isinstance(value[0], int):
+            value = value[0]
+        if isinstance(value, int) and value > 0:
+            start = value
+            break
+    return path, start
+
+
+def _as_agentscope(msg: Message) -> dict[str, Any]:
+    """A message as an AgentScope ``Msg`` dict, the shape CoPaw's functions take."""
+    blocks: list[dict[str, Any]] = []
+    for block in msg.content:
+        if isinstance(block, TextBlock):
+            blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolUseBlock):
+            use: dict[str, Any] = {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+            if block.raw_input is not None:
+                use["raw_input"] = block.raw_input
+            blocks.append(use)
+        elif isinstance(block, ToolResultBlock):
+            output: Any = block.output if isinstance(block.output, str) else [
+                {"type": "text", "text": p.text} if isinstance(p, TextBlock) else
+                {"type": p.kind, "source": {"type": "url", "url": p.url or ""}} for p in block.output]
+            blocks.append({"type": "tool_result", "id": block.id, "name": block.name, "output": output})
+        elif isinstance(block, MediaBlock):
+            blocks.append({"type": block.kind, "source": {"type": "url", "url": block.url or ""}})
+        else:
+            blocks.append({"type": "thinking", "thinking": block.thinking})
+    role = "system" if msg.role == "tool" else msg.role
+    return {"id": msg.id, "name": msg.name or role, "role": role, "content": blocks,
+            "metadata": {}, "timestamp": _local_timestamp(msg)}
+
+
+def _agentscope_output(content: Any, tool_id: str) -> str | None:
+    if not isinstance(content, list):
+        return None
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("id") == tool_id:
+            out = block.get("output")
+            if isinstance(out, str):
+                return out
+            if isinstance(out, list):
+                return "\n".join(p.get("text", "") for p in out if isinstance(p, dict) and p.get("type") == "text")
+    return None
+
+
+def _parse_ts(msg: Message) -> dt.datetime:
+    try:
+        moment = dt.datetime.fromisoformat(msg.timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return dt.datetime.now(dt.UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def _local_timestamp(msg: Message) -> str:
+    """AgentScope stamps messages in process-local time, ``YYYY-MM-DD HH:MM:SS.mmm``."""
+    local = _parse_ts(msg).astimezone()
+    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+
+
+def _local_date(msg: Message) -> str:
+    return _local_timestamp(msg)[:10]
+
+
+def replay_turns(
+    messages: Sequence[Message],
+    manager: ContextManager,
+    *,
+    on_turn: Callable[[TurnResult, int], None] | None = None,
+) -> TurnResult | None:
+    """Feed ``messages`` in order; a turn (the hook) runs before each assistant message."""
+    last: TurnResult | None = None
+    pending: list[Message] = []
+    for index, msg in enumerate(messages):
+        if msg.role == "assistant" and (pending or manager.messages):
+            if pending:
+                manager.append(pending)
+                pending = []
+            last = manager.prepare()
+            if on_turn is not None:
+                on_turn(last, index)
+        pending.append(msg)
+    if pending:
+        manager.append(pending)
+    last = manager.prepare()
+    if on_turn is not None:
+        on_turn(last, len(messages))
+    return last

@@ -1,0 +1,213 @@
+"""Agent profiles: every knob of the context manager, with bounds.
+
+Defaults come from the design card (seed 001): a 128,000-token window, compaction
+at 70 % (89,600 tokens), a 10 % reserve (12,800 tokens) kept from the tail, the
+newest 3 tool results at 50,000 bytes and older ones at 3,000 bytes, offloaded
+outputs kept 30 days.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from contextlab.engine.errors import InvalidProfile
+
+Policy = Literal["contextlab", "copaw"]
+POLICIES: tuple[str, ...] = ("contextlab", "copaw")
+LANGUAGES: tuple[str, ...] = ("en", "zh", "auto")
+COMPACTORS: tuple[str, ...] = ("extractive", "openai")
+TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base")
+
+# Bytes of slack before a tool result is cut. CoPaw uses 100 so that an output
+# barely over the limit is not offloaded for a handful of bytes; we keep it.
+TRUNCATION_SLACK_BYTES = 100
+
+
+@dataclass(frozen=True)
+class Bound:
+    low: float
+    high: float
+    help: str
+
+
+# One place for the bounds, so forms, the admin and the engine agree.
+BOUNDS: dict[str, Bound] = {
+    "max_input_length": Bound(1_000, 10_000_000, "context window in tokens"),
+    "compact_ratio": Bound(0.1, 0.95, "compaction threshold as a share of the window"),
+    "reserve_ratio": Bound(0.01, 0.5, "tokens kept from the tail, as a share of the window"),
+    "recent_n": Bound(1, 100, "the newest N tool results keep the large byte limit"),
+    "recent_max_bytes": Bound(500, 10_000_000, "stage-1 limit, and the limit inside recent_n"),
+    "old_max_bytes": Bound(100, 10_000_000, "stage-2 limit once a result slides out of recent_n"),
+    "markdown_recent_max_bytes": Bound(500, 10_000_000, "stage-1 limit for Markdown files"),
+    "markdown_old_max_bytes": Bound(100, 10_000_000, "stage-2 limit for Markdown files"),
+    "retention_days": Bound(1, 3650, "days an offloaded full output is kept"),
+    "estimate_divisor": Bound(2.0, 5.0, "bytes per token of CoPaw's estimator"),
+    "compaction_timeout": Bound(1.0, 600.0, "seconds before a summary call is abandoned"),
+    "compaction_retries": Bound(0, 5, "extra attempts after a failed summary call"),
+    "max_message_bytes": Bound(1_000, 64 * 1024 * 1024, "largest message accepted, in UTF-8 bytes"),
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The knobs of one agent. Immutable; use ``replace`` to derive a variant."""
+
+    name: str = "default"
+    policy: Policy = "contextlab"
+    max_input_length: int = 128_000
+    compact_ratio: float = 0.7
+    reserve_ratio: float = 0.1
+    recent_n: int = 3
+    recent_max_bytes: int = 50_000
+    old_max_bytes: int = 3_000
+    # Markdown files (skills, rules, plans) carry instructions that lose their
+    # meaning when cut in the middle, so they get limits about 3x larger.
+    markdown_recent_max_bytes: int = 150_000
+    markdown_old_max_bytes: int = 10_000
+    retention_days: int = 30
+    tokenizer: str = "o200k_base"
+    # CoPaw's byte estimator; the `copaw` policy counts with it, and the trace
+    # shows it beside the exact count under both policies.
+    estimate_divisor: float = 4.0
+    compactor: str = "extractive"
+    compaction_base_url: str = ""
+    compaction_model: str = ""
+    compaction_api_key_env: str = "OPENAI_API_KEY"
+    compaction_timeout: float = 60.0
+    compaction_retries: int = 2
+    summary_language: str = "auto"
+    exempt_tool_names: tuple[str, ...] = ()
+    browser_tool_names: tuple[str, ...] = ("browser_use", "browser", "browser_navigate", "browser_snapshot")
+    read_file_tool_names: tuple[str, ...] = ("read_file", "Read", "view", "open_file")
+    timezone: str = "UTC"
+    max_message_bytes: int = 16 * 1024 * 1024
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- derived numbers ---------------------------------------------------------
+    @property
+    def threshold(self) -> int:
+        return int(self.max_input_length * self.compact_ratio)
+
+    @property
+    def reserve(self) -> int:
+        return int(self.max_input_length * self.reserve_ratio)
+
+    def derived(self) -> dict[str, int]:
+        return {"threshold": self.threshold, "reserve": self.reserve, "window": self.max_input_length}
+
+    # -- validation --------------------------------------------------------------
+    def validate(self) -> None:
+        if self.policy not in POLICIES:
+            raise InvalidProfile(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}", field="policy")
+        if self.summary_language not in LANGUAGES:
+            raise InvalidProfile(
+                f"unknown summary language {self.summary_language!r}; use en, zh or auto",
+                field="summary_language",
+            )
+        if self.compactor not in COMPACTORS:
+            raise InvalidProfile(
+                f"unknown compactor {self.compactor!r}; use extractive or openai", field="compactor"
+            )
+        for name, bound in BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidProfile(f"{name} must be a number", field=name)
+            if not bound.low <= value <= bound.high:
+                raise InvalidProfile(
+                    f"{name} = {value} is out of bounds ({_fmt(bound.low)} to {_fmt(bound.high)}: {bound.help})",
+                    field=name,
+                )
+        for name in ("max_input_length", "recent_n", "recent_max_bytes", "old_max_bytes",
+                     "markdown_recent_max_bytes", "markdown_old_max_bytes", "retention_days",
+                     "compaction_retries", "max_message_bytes"):
+            if not isinstance(getattr(self, name), int):
+                raise InvalidProfile(f"{name} must be a whole number", field=name)
+        if self.reserve >= self.threshold:
+            raise InvalidProfile(
+                f"the reserve ({self.reserve:,} tokens) must be smaller than the compaction threshold "
+                f"({self.threshold:,} tokens): lower reserve_ratio or raise compact_ratio",
+                field="reserve_ratio",
+            )
+        if self.reserve < 1:
+            raise InvalidProfile("the reserve rounds down to 0 tokens; raise reserve_ratio", field="reserve_ratio")
+        if self.old_max_bytes > self.recent_max_bytes:
+            raise InvalidProfile(
+                f"old_max_bytes ({self.old_max_bytes:,}) must not exceed recent_max_bytes "
+                f"({self.recent_max_bytes:,}): stage 2 only ever cuts further",
+                field="old_max_bytes",
+            )
+        if self.markdown_old_max_bytes > self.markdown_recent_max_bytes:
+            raise InvalidProfile(
+                "markdown_old_max_bytes must not exceed markdown_recent_max_bytes",
+                field="markdown_old_max_bytes",
+            )
+        if self.compactor == "openai" and not (self.compaction_base_url or self.compaction_model):
+            raise InvalidProfile(
+                "the openai compactor needs compaction_model (and usually compaction_base_url)",
+                field="compaction_model",
+            )
+
+    def warnings(self) -> list[str]:
+        """Legal but risky settings, shown beside the form."""
+        notes: list[str] = []
+        # ~2 bytes per token is what JSON and logs cost; a recent result bigger
+        # than the reserve cannot stay in the kept tail.
+        if self.recent_max_bytes / 2 > self.reserve:
+            notes.append(
+                f"a recent tool result may hold up to {self.recent_max_bytes:,} bytes "
+                f"(about {self.recent_max_bytes // 2:,} tokens of JSON or logs), more than the "
+                f"{self.reserve:,}-token reserve; the contextlab policy re-cuts such results to fit"
+            )
+        if self.threshold > self.max_input_length * 0.9:
+            notes.append("a threshold above 90 % leaves little room for the model's reply")
+        return notes
+
+    # -- (de)serialisation ---------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for key in ("exempt_tool_names", "browser_tool_names", "read_file_tool_names"):
+            data[key] = list(data[key])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidProfile(f"unknown profile setting(s): {', '.join(unknown)}", field=unknown[0])
+        values = dict(data)
+        for key in ("exempt_tool_names", "browser_tool_names", "read_file_tool_names"):
+            if key in values:
+                if not isinstance(values[key], list | tuple) or not all(isinstance(v, str) for v in values[key]):
+                    raise InvalidProfile(f"{key} must be a list of tool names", field=key)
+                values[key] = tuple(values[key])
+        return cls(**values)
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> Profile:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidProfile(f"cannot read profile file {path}: {exc}", field="profile") from exc
+        except json.JSONDecodeError as exc:
+            raise InvalidProfile(
+                f"profile file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+                field="profile",
+            ) from exc
+        if not isinstance(data, dict):
+            raise InvalidProfile("a profile file must hold a JSON object", field="profile")
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> Profile:
+        return dataclasses.replace(self, **changes)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
