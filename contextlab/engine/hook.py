@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from contextlab.engine import copaw
-from contextlab.engine.archive import ArchiveLocation, DialogArchive
+from contextlab.engine.archive import DialogArchive
 from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryRequest, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
@@ -354,18 +354,17 @@ class ContextManager:
         """Cut one result to ``limit`` bytes; returns the new block and its ledger entry."""
         key = f"{msg.id}#{b_index}"
         previous = self.ledger.get(key)
-        if previous is not None:
-            original = self.offload.read(previous["file"])
-        else:
-            original = block.output_text()
+        original = self.offload.read(previous["file"]) if previous is not None else block.output_text()
         raw_len = len(original.encode("utf-8"))
         if not reference and raw_len <= limit + TRUNCATION_SLACK_BYTES:
             return block, None
         if previous is None:
             saved = self.offload.save(original, name=uuid.uuid4().hex)
             file_rel, sha = saved.relative, saved.sha256
+            layout = _layout_of(block)
         else:
             file_rel, sha = previous["file"], previous["sha256"]
+            layout = previous.get("layout")
         real_path, start_line = _read_file_origin(call, self.profile)
         notice_path = real_path or str(self.offload.workspace / file_rel)
         single_line = False
@@ -399,6 +398,9 @@ class ContextManager:
             "real_path": real_path,
             "reference_only": reference,
             "single_line": single_line,
+            # For a list output: the order and sizes of its parts, so the
+            # original can be rebuilt exactly from the one offloaded text.
+            "layout": layout,
             "at_turn": self.turn if stage == 2 else self.turn + 1,
             "expires_at": (self.clock() + dt.timedelta(days=self.profile.retention_days)).isoformat(),
         }
@@ -689,11 +691,10 @@ class ContextManager:
             block = blocks[int(b_index)]
             if isinstance(block, ToolResultBlock):
                 full = self.offload.read(entry["file"])
-                if isinstance(block.output, str):
-                    output: str | tuple[ResultPart, ...] = full
-                else:
-                    media = tuple(p for p in block.output if isinstance(p, MediaBlock))
-                    output = (TextBlock(full), *media)
+                output: str | tuple[ResultPart, ...] = full
+                if not isinstance(block.output, str):
+                    media = [p for p in block.output if isinstance(p, MediaBlock)]
+                    output = _rebuild_parts(full, entry.get("layout"), media)
                 blocks[int(b_index)] = ToolResultBlock(block.id, block.name, output, block.is_error)
         meta = {k: v for k, v in msg.metadata.items() if k != "offload"}
         meta["offloaded_files"] = [e["file"] for e in offload.values()]
@@ -1142,11 +1143,41 @@ def _check_utf8(msg: Message, index: int) -> None:
             ) from exc
 
 
+def _layout_of(block: ToolResultBlock) -> list[dict[str, int]] | None:
+    if isinstance(block.output, str):
+        return None
+    layout: list[dict[str, int]] = []
+    media = 0
+    for part in block.output:
+        if isinstance(part, TextBlock):
+            layout.append({"text": len(part.text)})
+        else:
+            layout.append({"media": media})
+            media += 1
+    return layout
+
+
+def _rebuild_parts(full: str, layout: list[dict[str, int]] | None,
+                   media: list[MediaBlock]) -> tuple[ResultPart, ...]:
+    """Split the offloaded text back into the parts it was joined from."""
+    if not layout:
+        return (TextBlock(full), *media)
+    parts: list[ResultPart] = []
+    position = 0
+    for item in layout:
+        if "text" in item:
+            parts.append(TextBlock(full[position:position + item["text"]]))
+            position += item["text"] + 1  # the "\n" that joined the parts
+        else:
+            parts.append(media[item["media"]])
+    return tuple(parts)
+
+
 def _is_markdown_read(call: ToolUseBlock, profile: Profile) -> bool:
     if call.name not in profile.read_file_tool_names:
         return False
     path = _path_argument(call)
-    return bool(path) and path.lower().endswith((".md", ".markdown", ".mdx"))
+    return path is not None and path.lower().endswith((".md", ".markdown", ".mdx"))
 
 
 def _path_argument(call: ToolUseBlock) -> str | None:
@@ -1185,9 +1216,15 @@ def _as_agentscope(msg: Message) -> dict[str, Any]:
                 use["raw_input"] = block.raw_input
             blocks.append(use)
         elif isinstance(block, ToolResultBlock):
-            output: Any = block.output if isinstance(block.output, str) else [
-                {"type": "text", "text": p.text} if isinstance(p, TextBlock) else
-                {"type": p.kind, "source": {"type": "url", "url": p.url or ""}} for p in block.output]
+            output: Any = block.output
+            if not isinstance(block.output, str):
+                parts: list[dict[str, Any]] = []
+                for part in block.output:
+                    if isinstance(part, TextBlock):
+                        parts.append({"type": "text", "text": part.text})
+                    else:
+                        parts.append({"type": part.kind, "source": {"type": "url", "url": part.url or ""}})
+                output = parts
             blocks.append({"type": "tool_result", "id": block.id, "name": block.name, "output": output})
         elif isinstance(block, MediaBlock):
             blocks.append({"type": block.kind, "source": {"type": "url", "url": block.url or ""}})

@@ -13,7 +13,7 @@ import datetime as dt
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from contextlab.engine.errors import InvalidMessages
 
@@ -60,7 +60,7 @@ class MediaBlock:
     type: Literal["media"] = "media"
 
 
-ResultPart = Union[TextBlock, MediaBlock]
+ResultPart = TextBlock | MediaBlock
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,7 @@ class ToolResultBlock:
         return "\n".join(p.text for p in self.output if isinstance(p, TextBlock))
 
 
-Block = Union[TextBlock, ThinkingBlock, ToolUseBlock, ToolResultBlock, MediaBlock]
+Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock | MediaBlock
 
 
 def utc_now_iso() -> str:
@@ -284,7 +284,7 @@ def check_sequence(
     new_ids: set[str] = set()
     # Calls still waiting for results from earlier messages: the new messages
     # must answer them before anything else.
-    open_calls: dict[str, int] = {call: -1 for call in pending_calls}
+    open_calls: dict[str, int] = dict.fromkeys(pending_calls, -1)
     new_calls: set[str] = set()
     for index, msg in enumerate(messages):
         where = f"messages[{index}]"

@@ -157,8 +157,9 @@ class OffloadStore:
         )
 
     def read(self, relative: str) -> str:
-        path = self.resolve(relative)
-        return path.read_text(encoding="utf-8")
+        # Bytes, not read_text: universal-newline decoding would turn the
+        # original's \r\n into \n and the "original" would no longer be it.
+        return self.resolve(relative).read_bytes().decode("utf-8")
 
     def resolve(self, relative: str) -> Path:
         """The absolute path of a workspace-relative name; never outside the workspace."""

@@ -77,7 +77,7 @@ def test_it_compacts_archives_originals_and_keeps_a_contiguous_suffix(tmp_path) 
         for block in rec["content"]:
             if block["type"] == "tool_result":
                 assert MARKER not in block["output"]  # originals, not excerpts
-    ingested = [mid for mid in m.fate]
+    ingested = list(m.fate)
     pinned = m.traces[-1].payload["pinned_message_ids"]
     suffix = [mid for mid in m.live_ids() if mid not in pinned]
     assert suffix == ingested[len(ingested) - len(suffix):]

@@ -27,7 +27,7 @@ def resolve_offloads(message: dict[str, Any], out: Path) -> dict[str, Any]:
     content = [dict(block) for block in message["content"]]
     for index, entry in offload.items():
         block = content[int(index)]
-        full = (out / entry["file"]).read_text(encoding="utf-8")
+        full = (out / entry["file"]).read_bytes().decode("utf-8")
         if isinstance(block["output"], str):
             block["output"] = full
         else:

@@ -1,0 +1,71 @@
+"""Read-only import of recorded agent transcripts.
+
+``load_transcript(path)`` recognises the format from the file's content (the
+extension is never trusted: ``.jsonl`` files that hold one JSON array exist in
+the wild), converts it to engine messages and repairs the sequence so that it
+passes ``check_sequence``. Every message carries ``metadata["source_index"]``
+and ``metadata["source_format"]`` so the dashboard can point back at the record
+it came from.
+
+Besides the seven agent formats, a plain list of OpenAI, Anthropic or
+AgentScope messages (a JSON array, or one message per line like CoPaw's
+``dialog/*.jsonl``) imports as ``openai_messages`` / ``anthropic_messages`` /
+``agentscope_messages``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+from contextlab.engine.importers import (
+    claude_code,
+    deerflow_sse,
+    langgraph,
+    message_list,
+    openhands,
+    reme_list,
+    swe_agent,
+    tau_bench,
+)
+from contextlab.engine.importers._common import (
+    KNOWN_FORMATS,
+    Source,
+    Transcript,
+    read_source,
+    unknown_format,
+)
+
+__all__ = ["KNOWN_FORMATS", "Transcript", "detect_transcript_format", "load_transcript"]
+
+# Most specific first: ReMe lists are also OpenAI-like message lists.
+_IMPORTERS: tuple[ModuleType, ...] = (
+    claude_code,
+    openhands,
+    swe_agent,
+    tau_bench,
+    langgraph,
+    deerflow_sse,
+    reme_list,
+    message_list,
+)
+def _importer_for(source: Source) -> tuple[ModuleType, str]:
+    for module in _IMPORTERS:
+        fmt = module.matches(source)
+        if fmt:
+            return module, fmt if isinstance(fmt, str) else str(module.FORMAT)
+    shape = {"json": "a JSON document", "jsonl": "JSON Lines", "sse": "a server-sent event stream"}[source.kind]
+    raise unknown_format(f"{shape} of no known shape")
+
+
+def detect_transcript_format(path: str | Path) -> str:
+    """The format name of a transcript file, recognised from its content."""
+    return _importer_for(read_source(path))[1]
+
+
+def load_transcript(path: str | Path) -> Transcript:
+    """Import a recorded transcript; see the module docstring."""
+    source = read_source(path)
+    module, fmt = _importer_for(source)
+    transcript: Transcript = module.load(source, fmt) if module is message_list else module.load(source)
+    return transcript

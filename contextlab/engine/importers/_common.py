@@ -1,0 +1,438 @@
+"""What every transcript importer shares: reading the file safely, the
+``Transcript`` result, and the repair pass that turns a recorded session into a
+sequence a provider would accept.
+
+Recorded sessions are messy in ways a live API never is: results stored after a
+later message, calls that never got a result (a hand-off, a final ``finish``, a
+session cut off), the same call id used twice. The repair pass fixes each of
+these without dropping any real content and says what it did in ``warnings``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from contextlab.engine.errors import MalformedInput, UnknownFormat
+from contextlab.engine.messages import (
+    Block,
+    Message,
+    Role,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    check_sequence,
+)
+
+MAX_DEPTH = 200
+NO_RESULT_TEXT = "[no result was recorded for this call]"
+KNOWN_FORMATS: tuple[str, ...] = (
+    "claude_code",
+    "openhands",
+    "swe_agent",
+    "tau_bench",
+    "langgraph",
+    "deerflow_sse",
+    "reme_list",
+    "openai_messages",
+    "anthropic_messages",
+    "agentscope_messages",
+)
+
+
+def unknown_format(what: str) -> UnknownFormat:
+    return UnknownFormat(
+        f"unrecognised transcript format ({what}); known formats: {', '.join(KNOWN_FORMATS)}", field="file"
+    )
+
+
+@dataclass
+class Transcript:
+    format: str
+    messages: list[Message]
+    system_prompt: str | None
+    warnings: list[str]
+    source_path: str
+    # Session-level facts that belong to no message: tool schemas, the task and
+    # reward of a benchmark run, how many records of each skipped kind there were.
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+# A JSON string literal; stripping these first means brackets inside strings do
+# not count towards the nesting depth.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def check_depth(text: str, where: str) -> None:
+    """Refuse JSON nested deeper than MAX_DEPTH before the parser recurses into it."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    depth = 0
+    for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        if char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise MalformedInput(f"JSON nested deeper than {MAX_DEPTH} levels {where}", field="file")
+        else:
+            depth -= 1
+
+
+def parse_json(text: str, where: str, first_line: int = 1) -> Any:
+    """Parse one JSON document; errors name the line and column in the file."""
+    check_depth(text, where)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedInput(
+            f"invalid JSON at line {exc.lineno + first_line - 1}, column {exc.colno}: {exc.msg}", field="file"
+        ) from None
+    except RecursionError:
+        raise MalformedInput(f"JSON nested deeper than {MAX_DEPTH} levels {where}", field="file") from None
+
+
+@dataclass
+class SseEvent:
+    index: int
+    line: int  # 1-based line of the event's first line
+    event: str
+    data: Any
+
+
+@dataclass
+class Source:
+    """A transcript file read and parsed once, shared by detection and import."""
+
+    path: str
+    kind: Literal["json", "jsonl", "sse"]
+    value: Any = None  # kind json
+    records: list[tuple[int, Any]] = field(default_factory=list)  # kind jsonl: (0-based line, value)
+    events: list[SseEvent] = field(default_factory=list)  # kind sse
+    mtime: str | None = None
+
+
+def decode(raw: bytes) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedInput(f"not valid UTF-8 at byte {exc.start}", field="file") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_source(path: str | Path) -> Source:
+    file_path = Path(path)
+    try:
+        raw = file_path.read_bytes()
+        mtime = dt.datetime.fromtimestamp(file_path.stat().st_mtime, tz=dt.UTC)
+    except OSError as exc:
+        raise MalformedInput(f"cannot read {file_path}: {exc.strerror or exc}", field="file") from None
+    text = decode(raw)
+    source = Source(
+        path=str(file_path),
+        kind="json",
+        mtime=mtime.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    )
+    stripped = text.lstrip()
+    if not stripped:
+        raise MalformedInput("the file is empty", field="file")
+    if stripped.startswith(("event:", "data:", ":")):
+        source.kind = "sse"
+        source.events = _parse_sse(text)
+        return source
+    if stripped[0] not in "[{":
+        raise unknown_format("the file is not JSON, JSON Lines or a server-sent event stream")
+    lines = text.split("\n")
+    non_empty = [n for n, line in enumerate(lines) if line.strip()]
+    if len(non_empty) > 1 and _is_jsonl(lines[non_empty[0]]):
+        source.kind = "jsonl"
+        for n in non_empty:
+            source.records.append((n, parse_json(lines[n], f"at line {n + 1}", n + 1)))
+        return source
+    source.value = parse_json(text, "in the file")
+    return source
+
+
+def _is_jsonl(first_line: str) -> bool:
+    """True when the first line is a complete JSON value on its own (so: JSON Lines)."""
+    if len(first_line) > 50_000_000:
+        return False
+    check_depth(first_line, "at line 1")
+    try:
+        json.loads(first_line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _parse_sse(text: str) -> list[SseEvent]:
+    events: list[SseEvent] = []
+    name = ""
+    data_lines: list[str] = []
+    start = 0
+
+    def flush() -> None:
+        if not data_lines and not name:
+            return
+        payload = "\n".join(data_lines)
+        where = f"in event {len(events)} (line {start})"
+        value = parse_json(payload, where, start + 1) if payload.strip() else None
+        events.append(SseEvent(index=len(events), line=start, event=name or "message", data=value))
+
+    # split("\n"), not splitlines(): JSON text may hold raw U+2028 and friends.
+    for number, raw_line in enumerate(text.split("\n"), start=1):
+        line = raw_line.rstrip("\r")
+        if not line:
+            flush()
+            name, data_lines = "", []
+            continue
+        if line.startswith(":"):
+            continue  # an SSE comment
+        if not name and not data_lines:
+            start = number
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            name = value
+        elif key == "data":
+            data_lines.append(value)
+    flush()
+    return events
+
+
+# -- building messages ------------------------------------------------------------------
+
+
+class Timeline:
+    """Timestamps for sources that lack some: carry the last known time forward.
+
+    A message without a time of its own gets the latest time seen before it (or
+    the session's start time), flagged ``timestamp_inferred``.
+    """
+
+    def __init__(self, start: str | None) -> None:
+        self.last = start or "1970-01-01T00:00:00.000Z"
+
+    def stamp(self, value: str | None) -> tuple[str, bool]:
+        if value:
+            self.last = value
+            return value, False
+        return self.last, True
+
+
+def make_message(
+    role: Role,
+    content: list[Block] | tuple[Block, ...],
+    *,
+    msg_id: str,
+    fmt: str,
+    index: int,
+    timestamp: tuple[str, bool],
+    name: str | None = None,
+    **metadata: Any,
+) -> Message:
+    meta: dict[str, Any] = {"source_index": index, "source_format": fmt}
+    if timestamp[1]:
+        meta["timestamp_inferred"] = True
+    meta.update({k: v for k, v in metadata.items() if v is not None})
+    return Message(role=role, content=tuple(content), id=msg_id, name=name, timestamp=timestamp[0], metadata=meta)
+
+
+def numbered_ids(base: str, count: int) -> Iterator[str]:
+    """Ids for the messages one source record yields: the record's id, then id#1, id#2, ..."""
+    for n in range(count):
+        yield base if n == 0 else f"{base}#{n}"
+
+
+# -- repair -----------------------------------------------------------------------------
+
+
+def _split_results(messages: list[Message]) -> list[Message]:
+    """One message per tool result, the normal form the repair pass works on."""
+    out: list[Message] = []
+    for msg in messages:
+        results = msg.tool_results
+        if len(results) <= 1 and (not results or len(msg.content) == 1):
+            out.append(msg)
+            continue
+        rest = [b for b in msg.content if not isinstance(b, ToolResultBlock)]
+        ids = numbered_ids(msg.id, len(results) + (1 if rest else 0))
+        for result in results:
+            out.append(Message(role="tool", content=(result,), id=next(ids), name=msg.name,
+                               timestamp=msg.timestamp, metadata=dict(msg.metadata)))
+        if rest:
+            role: Role = "user" if msg.role == "tool" else msg.role
+            out.append(Message(role=role, content=tuple(rest), id=next(ids), name=msg.name,
+                               timestamp=msg.timestamp, metadata=dict(msg.metadata)))
+    return out
+
+
+def _rename_call(block: ToolUseBlock, new_id: str) -> ToolUseBlock:
+    return ToolUseBlock(id=new_id, name=block.name, input=block.input, raw_input=block.raw_input)
+
+
+def repair(messages: list[Message], warnings: list[str]) -> list[Message]:
+    """Make a recorded session a valid provider sequence, saying what changed.
+
+    * duplicate message ids get a ``#dupN`` suffix;
+    * a call id used again is renamed ``id#N``; results pair with the earliest
+      call of that id still waiting for one;
+    * a result stored away from its call moves right after the call's group;
+    * a call that never got a result gets a synthetic error result;
+    * a result with no call anywhere becomes a user message (flagged), never dropped.
+    """
+    msgs = _split_results(messages)
+
+    # Message ids.
+    seen_ids: set[str] = set()
+    for pos, msg in enumerate(msgs):
+        if msg.id in seen_ids:
+            n = 2
+            while f"{msg.id}#dup{n}" in seen_ids:
+                n += 1
+            new_id = f"{msg.id}#dup{n}"
+            warnings.append(f"duplicate message id {msg.id!r} (source index {_where(msg)}): renamed {new_id!r}")
+            msgs[pos] = _replace_id(msg, new_id)
+        seen_ids.add(msgs[pos].id)
+
+    # Call ids: rename reuse, remember where each call sits.
+    used: set[str] = set()
+    calls_by_original: dict[str, list[str]] = defaultdict(list)
+    call_pos: dict[str, int] = {}
+    for pos, msg in enumerate(msgs):
+        if not msg.tool_uses:
+            continue
+        changed = False
+        blocks: list[Block] = []
+        for block in msg.content:
+            if isinstance(block, ToolUseBlock):
+                original = block.id
+                new_id = original
+                n = 2
+                while new_id in used:
+                    new_id = f"{original}#{n}"
+                    n += 1
+                if new_id != original:
+                    warnings.append(
+                        f"duplicate tool call id {original!r} (source index {_where(msg)}): renamed {new_id!r}"
+                    )
+                    block = _rename_call(block, new_id)
+                    changed = True
+                used.add(new_id)
+                calls_by_original[original].append(new_id)
+                call_pos[new_id] = pos
+            blocks.append(block)
+        if changed:
+            msgs[pos] = msg.replace_content(blocks)
+
+    # Pair each result with a call.
+    answered: set[str] = set()
+    paired: dict[int, str] = {}  # result position -> call id it answers
+    for pos, msg in enumerate(msgs):
+        results = msg.tool_results
+        if not results:
+            continue
+        original = results[0].id
+        candidates = [c for c in calls_by_original.get(original, []) if c not in answered]
+        before = [c for c in candidates if call_pos[c] < pos]
+        chosen = before[0] if before else (candidates[0] if candidates else None)
+        if chosen is not None:
+            answered.add(chosen)
+            paired[pos] = chosen
+
+    # Rebuild the sequence.
+    results_for: dict[int, list[int]] = defaultdict(list)  # call message position -> result positions
+    for pos, call_id in paired.items():
+        results_for[call_pos[call_id]].append(pos)
+    out: list[Message] = []
+    for pos, msg in enumerate(msgs):
+        if pos in paired:
+            continue
+        if msg.tool_results:
+            out.append(_orphan_to_user(msg, calls_by_original, warnings))
+            continue
+        out.append(msg)
+        if not msg.tool_uses:
+            continue
+        group = sorted(results_for.get(pos, []))
+        for result_pos in group:
+            result_msg = msgs[result_pos]
+            call_id = paired[result_pos]
+            # Results of other calls in between do not count: they are the ones that move.
+            if result_pos < pos or any(p not in paired for p in range(pos + 1, result_pos)):
+                warnings.append(
+                    f"tool result for call {call_id!r} (source index {_where(result_msg)}) was stored "
+                    f"{'before its call' if result_pos < pos else 'after other messages'}; "
+                    f"moved right after the call (source index {_where(msg)})"
+                )
+            result = result_msg.tool_results[0]
+            if result.id != call_id:
+                result_msg = result_msg.replace_content(
+                    [ToolResultBlock(id=call_id, name=result.name, output=result.output, is_error=result.is_error)]
+                )
+            out.append(result_msg)
+        answered_here = {paired[p] for p in group}
+        for use in msg.tool_uses:
+            if use.id in answered_here:
+                continue
+            warnings.append(
+                f"tool call {use.id!r} ({use.name}, source index {_where(msg)}) has no recorded result; "
+                "added a synthetic error result"
+            )
+            out.append(
+                Message(
+                    role="tool",
+                    content=(ToolResultBlock(id=use.id, name=use.name, output=NO_RESULT_TEXT, is_error=True),),
+                    id=f"{msg.id}#no-result-{use.id}",
+                    timestamp=msg.timestamp,
+                    metadata={
+                        "source_index": msg.metadata.get("source_index"),
+                        "source_format": msg.metadata.get("source_format"),
+                        "synthetic": True,
+                    },
+                )
+            )
+    check_sequence(out, allow_pending_tail=False)
+    return out
+
+
+def _where(msg: Message) -> Any:
+    return msg.metadata.get("source_index", "?")
+
+
+def _replace_id(msg: Message, new_id: str) -> Message:
+    return Message(role=msg.role, content=msg.content, id=new_id, name=msg.name,
+                   timestamp=msg.timestamp, metadata=dict(msg.metadata))
+
+
+def _orphan_to_user(msg: Message, calls: dict[str, list[str]], warnings: list[str]) -> Message:
+    result = msg.tool_results[0]
+    again = result.id in calls
+    warnings.append(
+        f"tool result {result.id!r} (source index {_where(msg)}) "
+        + ("answers a call that already has a result" if again else "answers no call in the transcript")
+        + "; kept as a user message"
+    )
+    content: list[Block] = (
+        [TextBlock(result.output)] if isinstance(result.output, str) else list(result.output)
+    )
+    meta = dict(msg.metadata)
+    meta.update(
+        {
+            "orphan_tool_result": True,
+            "tool_use_id": result.id,
+            "tool_name": result.name,
+            "tool_is_error": result.is_error,
+        }
+    )
+    if again:
+        meta["duplicate_result"] = True
+    return Message(role="user", content=tuple(content), id=msg.id, name=msg.name,
+                   timestamp=msg.timestamp, metadata=meta)
