@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextlab.engine import copaw
+from contextlab.engine import copaw, flaw_notes, policy_copaw
 from contextlab.engine.archive import DialogArchive
 from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryRequest, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
-from contextlab.engine.errors import CompactorFailed, InvalidMessages, MalformedInput
+from contextlab.engine.errors import CompactorFailed, MalformedInput
 from contextlab.engine.messages import (
     Block,
     MediaBlock,
@@ -40,16 +40,22 @@ from contextlab.engine.messages import (
     check_sequence,
     utc_now_iso,
 )
+from contextlab.engine.policy_copaw import local_date
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
 from contextlab.engine.prompts import resolve_language, wrap_summary
 from contextlab.engine.split import SplitPlan, newest_user_index, plan_split
 from contextlab.engine.tokens import CopawEstimator, TiktokenCounter, TokenCounter
+from contextlab.engine.tool_results import (
+    block_text,
+    check_utf8,
+    is_markdown_read,
+    layout_of,
+    read_file_origin,
+    rebuild_parts,
+)
 from contextlab.engine.trace import Observer, StepRecord, TurnTrace, flaw
-from contextlab.engine.truncation import MARKER, OffloadStore, count_lines, cut_text, reference_only
+from contextlab.engine.truncation import OffloadStore, count_lines, cut_text, reference_only
 from contextlab.engine.validity import check_summary
-
-PATH_KEYS = ("file_path", "path", "filename", "file", "target_file")
-START_KEYS = ("start_line", "offset", "line", "view_range")
 
 
 @dataclass
@@ -184,11 +190,25 @@ class ContextManager:
         return self.summaries[-1].version if self.summaries else 0
 
     # ------------------------------------------------------------- counting
-    def _tokens(self, msg: Message) -> int:
+    @property
+    def live_tokens(self) -> int:
+        """Tokens of the live messages, by the policy's counter."""
+        return self._live_tokens
+
+    @property
+    def live_exact_tokens(self) -> int:
+        return self._live_exact
+
+    @property
+    def live_estimate_tokens(self) -> int:
+        """What CoPaw's byte estimator says of the same messages."""
+        return self._live_estimate
+
+    def tokens_of(self, msg: Message) -> int:
         return self.counter.count_message(msg)
 
     def _add_live(self, msg: Message) -> None:
-        t = self._tokens(msg)
+        t = self.tokens_of(msg)
         self._live_tokens += t
         self._live_exact += self.exact_counter.count_message(msg)
         self._live_estimate += self.estimator.count_message(msg)
@@ -196,14 +216,14 @@ class ContextManager:
             self._tool_tokens += t
 
     def _remove_live(self, msg: Message) -> None:
-        t = self._tokens(msg)
+        t = self.tokens_of(msg)
         self._live_tokens -= t
         self._live_exact -= self.exact_counter.count_message(msg)
         self._live_estimate -= self.estimator.count_message(msg)
         if msg.is_tool_result:
             self._tool_tokens -= t
 
-    def _replace_live(self, index: int, new: Message) -> None:
+    def replace_message(self, index: int, new: Message) -> None:
         self._remove_live(self.messages[index])
         self.messages[index] = new
         self._add_live(new)
@@ -268,14 +288,14 @@ class ContextManager:
         """
         batch = list(messages)
         for index, msg in enumerate(batch):
-            size = sum(len(_block_text(b).encode("utf-8", "surrogatepass")) for b in msg.content)
+            size = sum(len(block_text(b).encode("utf-8", "surrogatepass")) for b in msg.content)
             if size > self.profile.max_message_bytes:
                 raise MalformedInput(
                     f"message {msg.id!r} holds {size:,} bytes, more than the "
                     f"{self.profile.max_message_bytes:,}-byte limit of this profile",
                     field=f"messages[{index}].content",
                 )
-            _check_utf8(msg, index)
+            check_utf8(msg, index)
         check_sequence(
             batch,
             known_tool_uses=self._calls.keys(),
@@ -303,7 +323,7 @@ class ContextManager:
     # ------------------------------------------------ tool-result truncation
     def _limits_for(self, call: ToolUseBlock | None, *, recent: bool) -> int:
         p = self.profile
-        if call is not None and _is_markdown_read(call, p):
+        if call is not None and is_markdown_read(call, p):
             return p.markdown_recent_max_bytes if recent else p.markdown_old_max_bytes
         return p.recent_max_bytes if recent else p.old_max_bytes
 
@@ -361,11 +381,11 @@ class ContextManager:
         if previous is None:
             saved = self.offload.save(original, name=uuid.uuid4().hex)
             file_rel, sha = saved.relative, saved.sha256
-            layout = _layout_of(block)
+            layout = layout_of(block)
         else:
             file_rel, sha = previous["file"], previous["sha256"]
             layout = previous.get("layout")
-        real_path, start_line = _read_file_origin(call, self.profile)
+        real_path, start_line = read_file_origin(call, self.profile)
         notice_path = real_path or str(self.offload.workspace / file_rel)
         single_line = False
         if reference:
@@ -436,7 +456,7 @@ class ContextManager:
             blocks = list(msg.content)
             blocks[int(b)] = new_block
             new_msg = msg.replace_content(blocks, offload=self._offload_meta(msg.id, len(blocks)))
-            self._replace_live(index, new_msg)
+            self.replace_message(index, new_msg)
             self.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": self.turn, "block": int(b),
                                       "bytes_before": before, "bytes_after": entry["kept_bytes"],
                                       "file": entry["file"]})
@@ -458,7 +478,7 @@ class ContextManager:
         trace = self._new_trace("auto")
         try:
             if self.profile.policy == "copaw":
-                self._copaw_turn(trace)
+                policy_copaw.copaw_turn(self, trace)
             else:
                 self._contextlab_turn(trace, manual=False, instruction=None)
         except Exception as exc:  # the trace must record what broke, then re-raise
@@ -473,7 +493,7 @@ class ContextManager:
         self.turn += 1
         trace = self._new_trace("manual")
         if self.profile.policy == "copaw":
-            self._copaw_manual(trace, instruction)
+            policy_copaw.copaw_manual(self, trace, instruction)
         else:
             self._contextlab_turn(trace, manual=True, instruction=instruction)
         return self._finish(trace)
@@ -484,7 +504,7 @@ class ContextManager:
             ids = [m.id for m in self.messages]
             return SplitPreview(ids, [], [], self._live_tokens, 0, 0,
                                 ["CoPaw's /compact summarises every live message"])
-        plan = self._plan([self._tokens(m) for m in self.messages], manual=True, reserve=self.profile.reserve)
+        plan = self._plan([self.tokens_of(m) for m in self.messages], manual=True, reserve=self.profile.reserve)
         return SplitPreview(
             compact_ids=[self.messages[i].id for i in plan.compact],
             keep_ids=[self.messages[i].id for i in plan.keep],
@@ -506,7 +526,7 @@ class ContextManager:
             budget={"window": p.max_input_length, "threshold": p.threshold, "reserve": p.reserve},
         )
 
-    def _gate(self, trace: TurnTrace) -> tuple[int, int, StepRecord]:
+    def gate(self, trace: TurnTrace) -> tuple[int, int, StepRecord]:
         p = self.profile
         with trace.step("gate", self.observer) as rec:
             system_tokens = self._text_message_tokens(self.counter, "system", self.system_prompt)
@@ -533,25 +553,25 @@ class ContextManager:
     # ---- contextlab
     def _contextlab_turn(self, trace: TurnTrace, *, manual: bool, instruction: str | None) -> None:
         p = self.profile
-        used, left, gate = self._gate(trace)
+        used, left, gate = self.gate(trace)
         if gate.status == "warning":
             trace.flaws_avoided.append(flaw(
                 "gate_disables_compaction",
                 f"left {left:,} ≤ reserve {p.reserve:,}: CoPaw would stop compacting here; we still compact"))
         with trace.step("tool_result_compaction", self.observer) as rec:
             self._stage_two(rec)
-            self._note_truncation_flaws(trace, rec)
+            flaw_notes.note_truncation_flaws(self, trace, rec)
         with trace.step("context_check", self.observer) as rec:
             total = self._live_tokens
             rec.numbers = {"total": total, "threshold_left": left, "reserve": p.reserve,
                            "estimate_total": self._live_estimate, "exact_total": self._live_exact}
-            self._note_estimator_flaws(trace, left)
+            flaw_notes.note_estimator_flaws(self, trace, left)
             plan: SplitPlan | None = None
             if not manual and total < left:
                 rec.outcome = f"{total:,} < {left:,}: keep everything"
                 rec.status = "ok"
             else:
-                tokens = [self._tokens(m) for m in self.messages]
+                tokens = [self.tokens_of(m) for m in self.messages]
                 plan = self._plan(tokens, manual=manual, reserve=(
                     # When the gate leaves less than the reserve, keep only what
                     # still fits under the threshold (never a negative budget).
@@ -566,7 +586,7 @@ class ContextManager:
                 rec.outcome = (f"compact {len(plan.compact)} message(s) ({plan.compact_tokens:,} tokens), "
                                f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
                 if not manual:
-                    self._note_split_flaws(trace, left)
+                    flaw_notes.note_split_flaws(self, trace, left)
         if plan is None or not plan.compact:
             if plan is not None:
                 trace.outcome = "nothing_to_compact"
@@ -583,7 +603,7 @@ class ContextManager:
                 f"summary, we kept both"))
             self._window_guard(trace)
             return
-        self._mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
+        self.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
         self.pinned_ids = [pinned_id] if pinned_id else []
         trace.outcome = "fallback_summary" if fallback else "compacted"
         truncated = [m.id for m in to_compact if m.metadata.get("offload")]
@@ -591,7 +611,7 @@ class ContextManager:
             trace.flaws_avoided.append(flaw(
                 "archive_truncated_text",
                 f"{len(truncated)} archived message(s) hold their full original tool output"))
-        if any(_local_date(m) != m.timestamp[:10] for m in to_compact):
+        if any(local_date(m) != m.timestamp[:10] for m in to_compact):
             trace.flaws_avoided.append(flaw("local_time_dates", "archive files dated in UTC"))
         self._window_guard(trace)
 
@@ -651,7 +671,7 @@ class ContextManager:
             else:
                 rec.status = "skipped"
                 rec.outcome = "no reply to check"
-            dump = self._save_invalid(trace, failure or "unknown failure", raw)
+            dump = self.save_invalid_summary(trace, failure or "unknown failure", raw)
             rec.details["saved"] = dump
             # Keep the previous summary and the messages, unless keeping them would
             # overflow the window: then an offline extractive summary stands in.
@@ -674,7 +694,7 @@ class ContextManager:
         return (self._text_message_tokens(self.counter, "system", self.system_prompt)
                 + (self.counter.count_message(summary_msg) if summary_msg else 0) + self._live_tokens)
 
-    def _save_invalid(self, trace: TurnTrace, reason: str, raw: dict[str, Any]) -> str:
+    def save_invalid_summary(self, trace: TurnTrace, reason: str, raw: dict[str, Any]) -> str:
         name = f"compact_invalid_{uuid.uuid4().hex[:8]}.json"
         data = {"turn": trace.turn, "policy": self.profile.policy, "reason": reason, "saved_at": utc_now_iso(), **raw}
         (self.workspace / name).write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str),
@@ -694,14 +714,14 @@ class ContextManager:
                 output: str | tuple[ResultPart, ...] = full
                 if not isinstance(block.output, str):
                     media = [p for p in block.output if isinstance(p, MediaBlock)]
-                    output = _rebuild_parts(full, entry.get("layout"), media)
+                    output = rebuild_parts(full, entry.get("layout"), media)
                 blocks[int(b_index)] = ToolResultBlock(block.id, block.name, output, block.is_error)
         meta = {k: v for k, v in msg.metadata.items() if k != "offload"}
         meta["offloaded_files"] = [e["file"] for e in offload.values()]
         return Message(role=msg.role, content=tuple(blocks), id=msg.id, name=msg.name,
                        timestamp=msg.timestamp, metadata=meta)
 
-    def _mark_compressed(
+    def mark_compressed(
         self,
         trace: TurnTrace,
         to_compact: list[Message],
@@ -753,7 +773,7 @@ class ContextManager:
             return
         recut: list[str] = []
         candidates = sorted(
-            ((self._tokens(m), i) for i, m in enumerate(self.messages) if m.is_tool_result), reverse=True)
+            ((self.tokens_of(m), i) for i, m in enumerate(self.messages) if m.is_tool_result), reverse=True)
         for _, index in candidates:
             if needed <= p.max_input_length:
                 break
@@ -770,10 +790,10 @@ class ContextManager:
                     blocks[b_index] = new_block
                     changed = True
             if changed:
-                before = self._tokens(msg)
+                before = self.tokens_of(msg)
                 new_msg = msg.replace_content(blocks, offload=self._offload_meta(msg.id, len(blocks)))
-                self._replace_live(index, new_msg)
-                needed -= before - self._tokens(new_msg)
+                self.replace_message(index, new_msg)
+                needed -= before - self.tokens_of(new_msg)
                 self.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": trace.turn,
                                           "reason": "window guard"})
                 recut.append(msg.id)
@@ -786,200 +806,6 @@ class ContextManager:
                 "newest_user_compacted",
                 "the kept tail was larger than the reserve: CoPaw would have compacted everything, "
                 "the newest request included; we re-cut tool output instead"))
-
-    # ---- flaw notes (what CoPaw would have done here)
-    def _note_truncation_flaws(self, trace: TurnTrace, rec: StepRecord) -> None:
-        fresh = [e for e in self.ledger.values() if e["at_turn"] == self.turn and not e["reference_only"]]
-        if fresh:
-            trace.flaws_avoided.append(flaw(
-                "raw_byte_cut",
-                f"{len(fresh)} result(s) cut at a line or character boundary with the true byte count"))
-        single_line = [e for e in fresh if e["single_line"]]
-        if single_line:
-            trace.flaws_avoided.append(flaw(
-                "silent_single_line_cut",
-                f"{len(single_line)} single-line result(s) got a notice with the byte offset to continue from"))
-
-    def _note_estimator_flaws(self, trace: TurnTrace, left: int) -> None:
-        exact, estimate = self._live_exact, self._live_estimate
-        if exact >= left > estimate:
-            trace.flaws_avoided.append(flaw(
-                "estimator_undercount",
-                f"exact {exact:,} tokens ≥ {left:,} but CoPaw's estimate is {estimate:,}: it would not compact yet"))
-        elif estimate >= left > exact:
-            trace.flaws_avoided.append(flaw(
-                "estimator_overcount",
-                f"CoPaw's estimate {estimate:,} ≥ {left:,} while the exact count is {exact:,}"))
-
-    def _note_split_flaws(self, trace: TurnTrace, left: int) -> None:
-        """Run CoPaw's own split on the same messages and name what it would get wrong."""
-        dicts = [_as_agentscope(m) for m in self.messages]
-        reserve = self.profile.reserve
-        compact, keep, valid = copaw.check_context(dicts, threshold=max(left, 0), reserve=reserve,
-                                                   divisor=self.profile.estimate_divisor)
-        if not compact and not valid and left <= reserve:
-            return  # already named at the gate
-        if keep and keep != list(range(keep[0], len(dicts))):
-            trace.flaws_avoided.append(flaw("non_contiguous_keep", f"CoPaw would keep indices {keep[:8]}…"))
-        if not valid:
-            k = copaw.copaw_fallback_keep(dicts)
-            trace.flaws_avoided.append(flaw(
-                "invalid_split_fallback",
-                f"CoPaw's split is invalid; it would keep the last {k} message(s) and compact {len(dicts) - k}"))
-        newest = max((i for i, m in enumerate(self.messages) if m.is_user_turn), default=None)
-        if newest is not None and newest in compact:
-            trace.flaws_avoided.append(flaw("newest_user_compacted",
-                                            f"CoPaw would compact the newest user message (index {newest})"))
-        kept_set = set(keep)
-        for i in keep:
-            if self.messages[i].role == "assistant" and i > 0 and (i - 1) not in kept_set and \
-                    self.messages[i - 1].is_user_turn:
-                trace.flaws_avoided.append(flaw("turn_split", f"CoPaw keeps answer {i} without question {i - 1}"))
-                break
-
-    # ---- copaw
-    def _copaw_turn(self, trace: TurnTrace) -> None:
-        p = self.profile
-        used, left, gate = self._gate(trace)
-        if left <= 0:
-            gate.reasons.append("CoPaw returns here without doing anything, tool-result compaction included")
-            trace.outcome = "over_budget"
-            trace.copaw_losses.append(flaw("gate_disables_compaction", f"left = {left:,} ≤ 0"))
-            return
-        with trace.step("tool_result_compaction", self.observer) as rec:
-            self._copaw_tool_results(trace, rec)
-        with trace.step("context_check", self.observer) as rec:
-            dicts = [_as_agentscope(m) for m in self.messages]
-            compact, keep, valid = copaw.check_context(dicts, threshold=left, reserve=p.reserve,
-                                                       divisor=p.estimate_divisor)
-            rec.numbers = {"total": self._live_tokens, "threshold_left": left, "reserve": p.reserve,
-                           "exact_total": self._live_exact, "compact_count": len(compact),
-                           "keep_count": len(keep), "is_valid": valid}
-            if left <= p.reserve:
-                trace.copaw_losses.append(flaw(
-                    "gate_disables_compaction",
-                    f"left {left:,} ≤ reserve {p.reserve:,}: ReMe's assertion fails and nothing is ever compacted"))
-            if not compact:
-                rec.outcome = "nothing to compact"
-                return
-            rec.status = "fired"
-            if keep and keep != list(range(keep[0], len(dicts))):
-                trace.copaw_losses.append(flaw("non_contiguous_keep", f"kept indices {keep[:12]}"))
-            newest = max((i for i, m in enumerate(self.messages) if m.is_user_turn), default=None)
-            if not valid:
-                k = copaw.copaw_fallback_keep(dicts)
-                compact = list(range(0, len(dicts) - k))
-                keep = list(range(len(dicts) - k, len(dicts)))
-                rec.reasons.append(f"invalid split (tool ids misaligned): fallback keeps the last {k} message(s)")
-                trace.copaw_losses.append(flaw("invalid_split_fallback", f"kept the last {k}, compacted {len(compact)}"))
-            if newest is not None and newest in compact:
-                trace.copaw_losses.append(flaw("newest_user_compacted", f"the newest user message (index {newest})"))
-            rec.details = {"compact_ids": [self.messages[i].id for i in compact],
-                           "keep_ids": [self.messages[i].id for i in keep]}
-            rec.outcome = f"compact {len(compact)}, keep {len(keep)}, is_valid={valid}"
-        to_compact = [self.messages[i] for i in compact]
-        self._copaw_compact(trace, to_compact, instruction=None, trigger="auto")
-
-    def _copaw_compact(self, trace: TurnTrace, to_compact: list[Message], *, instruction: str | None,
-                       trigger: str) -> None:
-        language = "zh" if self.profile.summary_language == "zh" else (
-            resolve_language(self.profile.summary_language, to_compact))
-        request = SummaryRequest(messages=list(to_compact), previous_summary=self.summary, language=language,
-                                 extra_instruction=instruction,
-                                 cap_tokens=int(self.profile.max_input_length * self.profile.compact_ratio * 0.95))
-        text = ""
-        result: SummaryResult | None = None
-        with trace.step("summary", self.observer) as rec:
-            rec.inputs = {"mode": "incremental" if self.summary else "initial", "language": language,
-                          "message_count": len(to_compact), "compactor": self.compactor.name}
-            try:
-                result = self.compactor.summarize(request)
-                text = result.text
-                rec.status = "fired"
-                rec.numbers = {"latency_ms": round(result.latency_ms, 1), "attempts": result.attempts}
-                rec.outcome = f"summary by {result.compactor}"
-            except CompactorFailed as exc:
-                rec.status = "failed"
-                rec.reasons.append(exc.message)
-                rec.outcome = "the summary call failed"
-        with trace.step("validity", self.observer) as rec:
-            if not copaw.is_valid_summary(text):
-                rec.status = "failed"
-                rec.outcome = "no '##' in the reply: CoPaw treats the summary as empty"
-                rec.details["saved"] = self._save_invalid(trace, "invalid summary", {"text": text})
-                text = ""
-            else:
-                rec.outcome = "contains '##'"
-        if not text and trigger == "manual":
-            trace.outcome = "compaction_failed"
-            return  # /compact leaves memory and summary unchanged on failure
-        if not text:
-            trace.outcome = "compaction_failed"
-            trace.copaw_losses.append(flaw(
-                "failed_summary_drops_messages",
-                f"{len(to_compact)} message(s) removed and the previous summary erased"))
-        if any(m.is_tool_result and MARKER in m.plain_text() for m in to_compact):
-            trace.copaw_losses.append(flaw("archive_truncated_text", "archived tool output is the truncated excerpt"))
-        if any(_local_date(m) != m.timestamp[:10] for m in to_compact):
-            trace.copaw_losses.append(flaw("local_time_dates", "archive file chosen by local time, not UTC"))
-        self._mark_compressed(trace, to_compact, text, result, fallback=False, trigger=trigger,
-                              archive_originals=False, date_for=_local_date)
-        if text:
-            trace.outcome = "compacted"
-        else:
-            self.summary = None
-
-    def _copaw_manual(self, trace: TurnTrace, instruction: str | None) -> None:
-        self._gate(trace)
-        if not self.messages:
-            trace.outcome = "nothing_to_compact"
-            return
-        self._copaw_compact(trace, list(self.messages), instruction=instruction, trigger="manual")
-
-    def _copaw_tool_results(self, trace: TurnTrace, rec: StepRecord) -> None:
-        p = self.profile
-        dicts = [_as_agentscope(m) for m in self.messages]
-        folder = self.offload.folder
-        folder.mkdir(parents=True, exist_ok=True)
-        before_files = set(folder.glob("*.txt"))
-        new_dicts = copaw.compact_tool_results(dicts, recent_n=p.recent_n, old_max_bytes=p.old_max_bytes,
-                                               recent_max_bytes=p.recent_max_bytes, tool_result_dir=folder)
-        removed = copaw.cleanup_expired_files(folder, p.retention_days)
-        new_files = sorted(set(folder.glob("*.txt")) - before_files)
-        changed: list[dict[str, Any]] = []
-        silent = 0
-        for index, (old, new) in enumerate(zip(dicts, new_dicts, strict=True)):
-            if old == new:
-                continue
-            msg = self.messages[index]
-            blocks = list(msg.content)
-            for b_index, block in enumerate(blocks):
-                if not isinstance(block, ToolResultBlock):
-                    continue
-                new_out = _agentscope_output(new["content"], block.id)
-                if new_out is None or new_out == block.output_text():
-                    continue
-                before_bytes = len(block.output_text().encode("utf-8"))
-                blocks[b_index] = ToolResultBlock(block.id, block.name, new_out, block.is_error)
-                has_marker = MARKER in new_out
-                silent += 0 if has_marker else 1
-                changed.append({"message_id": msg.id, "tool": block.name, "bytes_before": before_bytes,
-                                "bytes_after": len(new_out.encode("utf-8")), "notice": has_marker})
-                self.fate[msg.id].append({"event": "truncated", "stage": "copaw", "turn": self.turn,
-                                          "block": b_index, "bytes_before": before_bytes,
-                                          "bytes_after": len(new_out.encode("utf-8"))})
-            self._replace_live(index, msg.replace_content(blocks))
-        rec.details = {"changed": changed, "new_files": [f"tool_result/{f.name}" for f in new_files],
-                       "expired_files_removed": removed}
-        rec.numbers = {"changed": len(changed), "new_files": len(new_files), "expired_removed": removed}
-        rec.status = "fired" if changed else "ok"
-        rec.outcome = f"{len(changed)} result(s) cut in place" if changed else "nothing to cut"
-        if changed:
-            trace.copaw_losses.append(flaw("raw_byte_cut", f"{len(changed)} result(s) cut at a raw byte count"))
-        if silent:
-            trace.copaw_losses.append(flaw("silent_single_line_cut", f"{silent} result(s) cut with no notice"))
-        if len(new_files) > len([c for c in changed if c["notice"]]) and silent:
-            trace.copaw_losses.append(flaw("duplicate_remnant_file", "a remnant was saved as a new file"))
 
     # ----------------------------------------------------------- the result
     def _finish(self, trace: TurnTrace) -> TurnResult:
@@ -1116,154 +942,6 @@ class ContextManager:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _block_text(block: Block) -> str:
-    if isinstance(block, TextBlock):
-        return block.text
-    if isinstance(block, ToolResultBlock):
-        return block.output_text()
-    if isinstance(block, ToolUseBlock):
-        return block.raw_input or json.dumps(block.input, ensure_ascii=False)
-    if isinstance(block, MediaBlock):
-        return block.data or block.url or ""
-    return block.thinking
-
-
-def _check_utf8(msg: Message, index: int) -> None:
-    """Lone surrogates (what invalid UTF-8 becomes after a lenient decode) are refused."""
-    for block in msg.content:
-        text = _block_text(block)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidMessages(
-                f"message {msg.id!r} holds text that is not valid UTF-8 (at character {exc.start})",
-                field=f"messages[{index}].content",
-            ) from exc
-
-
-def _layout_of(block: ToolResultBlock) -> list[dict[str, int]] | None:
-    if isinstance(block.output, str):
-        return None
-    layout: list[dict[str, int]] = []
-    media = 0
-    for part in block.output:
-        if isinstance(part, TextBlock):
-            layout.append({"text": len(part.text)})
-        else:
-            layout.append({"media": media})
-            media += 1
-    return layout
-
-
-def _rebuild_parts(full: str, layout: list[dict[str, int]] | None,
-                   media: list[MediaBlock]) -> tuple[ResultPart, ...]:
-    """Split the offloaded text back into the parts it was joined from."""
-    if not layout:
-        return (TextBlock(full), *media)
-    parts: list[ResultPart] = []
-    position = 0
-    for item in layout:
-        if "text" in item:
-            parts.append(TextBlock(full[position:position + item["text"]]))
-            position += item["text"] + 1  # the "\n" that joined the parts
-        else:
-            parts.append(media[item["media"]])
-    return tuple(parts)
-
-
-def _is_markdown_read(call: ToolUseBlock, profile: Profile) -> bool:
-    if call.name not in profile.read_file_tool_names:
-        return False
-    path = _path_argument(call)
-    return path is not None and path.lower().endswith((".md", ".markdown", ".mdx"))
-
-
-def _path_argument(call: ToolUseBlock) -> str | None:
-    for key in PATH_KEYS:
-        value = call.input.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def _read_file_origin(call: ToolUseBlock | None, profile: Profile) -> tuple[str | None, int]:
-    """For read_file-like tools: the real file and the line the result starts at."""
-    if call is None or call.name not in profile.read_file_tool_names:
-        return None, 1
-    path = _path_argument(call)
-    start = 1
-    for key in START_KEYS:
-        value = call.input.get(key)
-        if isinstance(value, list) and value and isinstance(value[0], int):
-            value = value[0]
-        if isinstance(value, int) and value > 0:
-            start = value
-            break
-    return path, start
-
-
-def _as_agentscope(msg: Message) -> dict[str, Any]:
-    """A message as an AgentScope ``Msg`` dict, the shape CoPaw's functions take."""
-    blocks: list[dict[str, Any]] = []
-    for block in msg.content:
-        if isinstance(block, TextBlock):
-            blocks.append({"type": "text", "text": block.text})
-        elif isinstance(block, ToolUseBlock):
-            use: dict[str, Any] = {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-            if block.raw_input is not None:
-                use["raw_input"] = block.raw_input
-            blocks.append(use)
-        elif isinstance(block, ToolResultBlock):
-            output: Any = block.output
-            if not isinstance(block.output, str):
-                parts: list[dict[str, Any]] = []
-                for part in block.output:
-                    if isinstance(part, TextBlock):
-                        parts.append({"type": "text", "text": part.text})
-                    else:
-                        parts.append({"type": part.kind, "source": {"type": "url", "url": part.url or ""}})
-                output = parts
-            blocks.append({"type": "tool_result", "id": block.id, "name": block.name, "output": output})
-        elif isinstance(block, MediaBlock):
-            blocks.append({"type": block.kind, "source": {"type": "url", "url": block.url or ""}})
-        else:
-            blocks.append({"type": "thinking", "thinking": block.thinking})
-    role = "system" if msg.role == "tool" else msg.role
-    return {"id": msg.id, "name": msg.name or role, "role": role, "content": blocks,
-            "metadata": {}, "timestamp": _local_timestamp(msg)}
-
-
-def _agentscope_output(content: Any, tool_id: str) -> str | None:
-    if not isinstance(content, list):
-        return None
-    for block in content:
-        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("id") == tool_id:
-            out = block.get("output")
-            if isinstance(out, str):
-                return out
-            if isinstance(out, list):
-                return "\n".join(p.get("text", "") for p in out if isinstance(p, dict) and p.get("type") == "text")
-    return None
-
-
-def _parse_ts(msg: Message) -> dt.datetime:
-    try:
-        moment = dt.datetime.fromisoformat(msg.timestamp.replace("Z", "+00:00"))
-    except ValueError:
-        return dt.datetime.now(dt.UTC)
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
-
-
-def _local_timestamp(msg: Message) -> str:
-    """AgentScope stamps messages in process-local time, ``YYYY-MM-DD HH:MM:SS.mmm``."""
-    local = _parse_ts(msg).astimezone()
-    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
-
-
-def _local_date(msg: Message) -> str:
-    return _local_timestamp(msg)[:10]
 
 
 def replay_turns(
