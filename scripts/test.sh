@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 
 echo "== ruff"
-.venv/bin/ruff check contextlab tests benchmarks scripts examples 2>/dev/null || .venv/bin/ruff check contextlab tests
+.venv/bin/ruff check .
 echo "== mypy"
 .venv/bin/mypy contextlab
 
