@@ -225,6 +225,8 @@ def block_from_dict(data: Any) -> Block:
         return TextBlock(str(data.get("text", "")))
     if kind == "thinking":
         return ThinkingBlock(str(data.get("thinking", "")))
+    if kind in ("tool_use", "tool_result") and not data.get("id"):
+        raise InvalidMessages(f"a {kind} block needs an id", field="content")
     if kind == "tool_use":
         return ToolUseBlock(
             id=str(data["id"]),

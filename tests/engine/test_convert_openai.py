@@ -284,6 +284,46 @@ def test_it_accepts_results_of_calls_from_an_earlier_batch() -> None:
     assert msgs[0].tool_results[0].name == "ls"
 
 
+_fuzz_keys = st.sampled_from(
+    ["role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "type", "text", "id",
+     "function", "arguments", "input", "tool_use_id", "is_error", "source", "url", "data", "image_url",
+     "output", "raw_input", "metadata", "timestamp", "thinking", "file", "input_audio"]
+)
+_fuzz_values = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.text(max_size=3),
+    st.sampled_from(["user", "assistant", "tool", "system", "text", "tool_use", "tool_result", "image",
+                     "image_url", "function", "base64", "url", "thinking", "audio", "c1"]),
+)
+_fuzz_json = st.recursive(
+    _fuzz_values | st.dictionaries(_fuzz_keys, _fuzz_values, max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_fuzz_keys, inner, max_size=5),
+    max_leaves=25,
+)
+_fuzz_messages = st.lists(
+    st.builds(lambda role, rest: {"role": role, **rest},
+              st.sampled_from(["user", "assistant", "tool", "system"]),
+              st.dictionaries(_fuzz_keys, _fuzz_json, max_size=4)) | _fuzz_json,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_fuzz_messages)
+def test_it_answers_garbage_with_invalid_messages_only(data: list[Any]) -> None:
+    from contextlab.engine.convert import from_agentscope, from_anthropic, to_agentscope, to_anthropic
+
+    for convert in (from_openai, from_anthropic, from_agentscope, messages_from_any):
+        try:
+            msgs = convert(copy.deepcopy(data))
+        except InvalidMessages:
+            continue
+        to_openai(msgs)
+        to_anthropic(msgs)
+        to_agentscope(msgs)
+        if convert is from_openai:
+            assert to_openai(msgs) == data
+
+
 # -- format detection ---------------------------------------------------------------------
 
 

@@ -218,6 +218,8 @@ class Timeline:
     """
 
     def __init__(self, start: str | None) -> None:
+        # The file's modification time when the source has no time at all:
+        # deterministic for a given file, and never in the future.
         self.last = start or "1970-01-01T00:00:00.000Z"
 
     def stamp(self, value: str | None) -> tuple[str, bool]:

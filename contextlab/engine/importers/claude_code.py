@@ -50,7 +50,8 @@ def matches(source: Source) -> bool:
     first = [value for _, value in _records(source)[:5]]
     return bool(first) and all(
         isinstance(r, dict)
-        and r.get("type") in _ENVELOPE_TYPES
+        and isinstance(r.get("type"), str)
+        and r["type"] in _ENVELOPE_TYPES
         and ("sessionId" in r or "uuid" in r or "message" in r or "messageId" in r)
         for r in first
     )
@@ -96,7 +97,7 @@ def _envelope(record: dict[str, Any]) -> dict[str, Any]:
 def load(source: Source) -> Transcript:
     warnings: list[str] = []
     skipped: Counter[str] = Counter()
-    timeline = Timeline(None)
+    timeline = Timeline(source.mtime)
     call_names: dict[str, str] = {}
     # Items in file order: a finished Message, or an _Assistant still collecting lines.
     items: list[Message | _Assistant] = []
@@ -107,6 +108,9 @@ def load(source: Source) -> Transcript:
             warnings.append(f"line {line + 1} is not a JSON object; skipped")
             continue
         kind = record.get("type")
+        if not isinstance(kind, str):
+            warnings.append(f"line {line + 1}: record without a type; skipped")
+            continue
         if kind in _SKIPPED:
             skipped[str(kind)] += 1
             continue

@@ -51,7 +51,7 @@ def _state(source: Source) -> tuple[list[Any], dict[str, Any]] | None:
     # Recognised by shape; an unknown type further down is reported by load().
     if not all(isinstance(m, dict) and "type" in m for m in messages):
         return None
-    if not any(m["type"] in ("human", "ai", "AIMessageChunk") for m in messages):
+    if not any(isinstance(m["type"], str) and m["type"] in ("human", "ai", "AIMessageChunk") for m in messages):
         return None
     return messages, value
 
@@ -113,7 +113,7 @@ def load(source: Source) -> Transcript:
         if not isinstance(item, dict):
             raise InvalidMessages("a message must be an object", field=where)
         kind = item.get("type")
-        if kind not in _ROLES:
+        if not isinstance(kind, str) or kind not in _ROLES:
             raise InvalidMessages(
                 f"unknown message type {kind!r}; expected human, ai, tool or system", field=f"{where}.type"
             )
@@ -191,6 +191,9 @@ def _calls(
     meta: dict[str, Any],
 ) -> list[ToolUseBlock]:
     out: list[ToolUseBlock] = []
+    for key in ("tool_calls", "invalid_tool_calls"):
+        if not isinstance(item.get(key) or [], list):
+            raise InvalidMessages(f"{key} must be a list", field=f"{where}.{key}")
     for j, call in enumerate(item.get("tool_calls") or []):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             raise InvalidMessages("a tool call needs a name", field=f"{where}.tool_calls[{j}]")

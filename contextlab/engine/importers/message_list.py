@@ -26,8 +26,6 @@ from contextlab.engine.importers._common import (
 )
 from contextlab.engine.messages import Message, TextBlock
 
-FORMATS = ("openai_messages", "anthropic_messages", "agentscope_messages")
-
 
 def _records(source: Source) -> list[tuple[int, Any]] | None:
     if source.kind == "json" and isinstance(source.value, list):

@@ -60,7 +60,7 @@ def load(source: Source) -> Transcript:
     if records > 1:
         warnings.append(f"the file holds {records} eval records; imported the first ({record.get('instance_id')})")
     skipped: Counter[str] = Counter()
-    timeline = Timeline(None)
+    timeline = Timeline(source.mtime)
     call_names: dict[str, str] = {}
     responses_seen: set[str] = set()
     messages: list[Message] = []
@@ -78,6 +78,11 @@ def load(source: Source) -> Transcript:
         tcm = event.get("tool_call_metadata")
         action = event.get("action")
         observation = event.get("observation")
+        if (action is not None and not isinstance(action, str)) or (
+            observation is not None and not isinstance(observation, str)
+        ):
+            warnings.append(f"history[{index}]: action/observation is not a name; skipped")
+            continue
 
         if action == "system":
             system_prompt = str(args.get("content") or event.get("message") or "")
@@ -95,7 +100,8 @@ def load(source: Source) -> Transcript:
                     continue  # one response, several tool calls: already rebuilt
                 responses_seen.add(response_id)
                 choices = response.get("choices")
-                choice = choices[0].get("message") if isinstance(choices, list) and choices else None
+                first = choices[0] if isinstance(choices, list) and choices else None
+                choice = first.get("message") if isinstance(first, dict) else None
                 if isinstance(choice, dict):
                     rebuilt = parse_openai_message(dict(choice, role="assistant"), index, call_names)
                     messages.append(

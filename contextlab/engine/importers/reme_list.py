@@ -35,7 +35,8 @@ def matches(source: Source) -> bool:
     if not all(isinstance(m, dict) and "role" in m for m in value):
         return False
     return any(
-        "time_created" in m or any(_is_flat_call(c) for c in (m.get("tool_calls") or []) if isinstance(c, dict))
+        "time_created" in m
+        or (isinstance(m.get("tool_calls"), list) and any(_is_flat_call(c) for c in m["tool_calls"]))
         for m in value
     )
 
@@ -52,7 +53,9 @@ def _record(index: int, item: Any) -> OpenAIRecord:
         if item.get("reasoning_content"):
             chat["reasoning_content"] = item["reasoning_content"]
         calls = item.get("tool_calls") or []
-        if calls:
+        if not isinstance(calls, list):
+            chat["tool_calls"] = calls  # the converter names the bad field
+        elif calls:
             chat["tool_calls"] = []
             extras: dict[str, Any] = {}
             for call in calls:
