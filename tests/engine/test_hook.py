@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -13,6 +11,7 @@ from contextlab.engine.messages import Message, ToolResultBlock
 from contextlab.engine.profile import Profile
 from contextlab.engine.truncation import MARKER
 from tests.engine.sessions import assistant, log_lines, tool_round, user
+from tests.fakellm import FakeLLM, Reply, Sleep, Status
 
 SMALL = Profile(max_input_length=4_000, recent_n=2, recent_max_bytes=6_000, old_max_bytes=600,
                 markdown_recent_max_bytes=8_000, markdown_old_max_bytes=2_000)
@@ -85,39 +84,99 @@ def test_it_compacts_archives_originals_and_keeps_a_contiguous_suffix(tmp_path) 
     assert not set(m.live_ids()) & set(archived)
 
 
-def test_it_keeps_the_previous_summary_and_messages_when_the_llm_fails(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("CONTEXTLAB_TEST_KEY", "test-key")
-    class Broken(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                               "choices": [{"index": 0, "finish_reason": "stop",
-                                            "message": {"role": "assistant", "content": "no headings here"}}]})
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body.encode())
+VALID_SUMMARY = """## Goal
+Ship the build.
+## Constraints & Preferences
+(none)
+## Progress
+### Done
+- compiled
+### In Progress
+- (none)
+### Blocked
+- (none)
+## Key Decisions
+- (none)
+## Next Steps
+1. test
+## Critical Context
+- src/app/models.py
+"""
 
-        def log_message(self, *args) -> None:
-            pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Broken)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    compactor = OpenAICompactor(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", model="m",
-                                api_key_env="CONTEXTLAB_TEST_KEY", retries=0, timeout=5)
-    profile = SMALL.replace(max_input_length=200_000, compact_ratio=0.1, reserve_ratio=0.01)
-    m = manager(tmp_path, profile, compactor=compactor)
-    m.summary = "## Goal\nkeep me"
-    for i in range(6):
+def big_session(m: ContextManager, turns: int = 6) -> None:
+    for i in range(turns):
         m.append([user(f"q{i} " + "word " * 2000), assistant(f"a{i} " + "word " * 2000)])
-    before = m.live_ids()
-    turn = m.prepare()
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        ([Reply("no headings here")], "has no Markdown headings"),
+        ([Reply("## Goal\nonly one section")], "missing section"),
+        ([Status(500, "upstream exploded")], "500"),
+        ([Sleep(3.0, Reply(VALID_SUMMARY))], "timeout"),
+        ([Reply("")], "empty"),
+    ],
+    ids=["no-headings", "missing-sections", "http-error", "timeout", "empty"],
+)
+def test_it_keeps_the_previous_summary_and_messages_when_the_llm_fails(tmp_path, script, reason) -> None:
+    profile = SMALL.replace(max_input_length=200_000, compact_ratio=0.1, reserve_ratio=0.01)
+    with FakeLLM(script) as llm:
+        compactor = OpenAICompactor(llm.base_url, "m", api_key_env=None, retries=0, timeout=1.0)
+        m = manager(tmp_path, profile, compactor=compactor)
+        m.summary = "## Goal\nkeep me"
+        big_session(m)
+        before = m.live_ids()
+        turn = m.prepare()
     assert turn.trace.outcome == "compaction_failed"
     assert m.summary == "## Goal\nkeep me"
-    assert m.live_ids() == before
+    assert m.live_ids() == before and not m.archived_ids
+    failed = [s for s in turn.trace.steps if s.status == "failed"]
+    assert failed and reason.lower() in " ".join(r for s in failed for r in s.reasons).lower()
     assert any(f["name"] == "failed_summary_drops_messages" for f in turn.trace.flaws_avoided)
-    assert list(m.workspace.glob("compact_invalid_*.json"))
-    server.shutdown()
+    dumps = list(m.workspace.glob("compact_invalid_*.json"))
+    assert len(dumps) == 1 and json.loads(dumps[0].read_text())["turn"] == turn.trace.turn
+
+
+def test_it_falls_back_to_an_extractive_summary_only_when_the_window_would_overflow(tmp_path) -> None:
+    # The window is too small to keep everything, so a failed LLM must not leave it overflowing.
+    profile = SMALL.replace(max_input_length=20_000, compact_ratio=0.5, reserve_ratio=0.05)
+    with FakeLLM([Status(503)]) as llm:
+        m = manager(tmp_path, profile,
+                    compactor=OpenAICompactor(llm.base_url, "m", api_key_env=None, retries=1, timeout=2.0,
+                                              retry_backoff=0.01))
+        big_session(m, turns=6)
+        turn = m.prepare()
+        assert len(llm.requests) == 2  # the retry was made
+    assert turn.trace.outcome == "fallback_summary"
+    assert m.summary and "## Goal" in m.summary and m.summaries[-1].fallback
+    assert m.summaries[-1].compactor == "extractive"
+
+
+def test_it_records_usage_and_latency_of_a_real_summary_call(tmp_path) -> None:
+    profile = SMALL.replace(max_input_length=200_000, compact_ratio=0.1, reserve_ratio=0.01)
+    with FakeLLM([Reply(VALID_SUMMARY)]) as llm:
+        m = manager(tmp_path, profile, compactor=OpenAICompactor(llm.base_url, "cheap-model", api_key_env=None))
+        big_session(m)
+        turn = m.prepare()
+        sent = llm.requests[0]
+    assert turn.trace.outcome == "compacted"
+    step = turn.trace.get("summary")
+    assert step is not None and step.details["usage"]["total_tokens"] == 375
+    assert step.numbers["latency_ms"] >= 0 and sent.body["model"] == "cheap-model"
+    assert "q0" in sent.user_text
+    assert m.summary is not None and m.summary.strip() == VALID_SUMMARY.strip()
+
+
+def test_it_refuses_a_100_mb_tool_output_with_the_default_profile(tmp_path) -> None:
+    m = manager(tmp_path, Profile())
+    call = tool_round("bash", {"command": "cat huge.log"}, ["x"])
+    huge = Message(role="tool", id="t-huge",
+                   content=(ToolResultBlock(id=call[0].tool_uses[0].id, name="bash", output="x" * 100_000_000),))
+    with pytest.raises(MalformedInput, match="more than the 16,777,216-byte limit"):
+        m.append([user("go"), call[0], huge])
+    assert m.messages == [] and not (m.workspace / "tool_result").exists()
 
 
 def test_it_refuses_bad_batches_without_writing_anything(tmp_path) -> None:
