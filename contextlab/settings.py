@@ -45,10 +45,13 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",
     "channels",
     "django_htmx",
     "template_partials",
     "contextlab.core",
+    "contextlab.sessions",
+    "contextlab.api",
 ]
 
 MIDDLEWARE = [
@@ -101,6 +104,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -123,6 +127,11 @@ else:
 
 # Where session workspaces (dialog/, tool_result/, ...) live.
 WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspaces"))
+# Largest request body the JSON API reads (tool outputs of several MB are
+# normal); a bigger body is refused with 413 naming "body".
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("CONTEXTLAB_MAX_BODY_BYTES", str(32 * 1024 * 1024))
+# Largest transcript or session bundle accepted for import.
+CONTEXTLAB_MAX_UPLOAD_BYTES = envint("CONTEXTLAB_MAX_UPLOAD_BYTES", str(256 * 1024 * 1024))
 # Where the tiktoken vocabularies are installed by scripts/install_tiktoken_data.py.
 TIKTOKEN_DIR = Path(os.getenv("CONTEXTLAB_TIKTOKEN_DIR", VAR_DIR / "tiktoken"))
 os.environ.setdefault("CONTEXTLAB_TIKTOKEN_DIR", str(TIKTOKEN_DIR))

@@ -1,0 +1,176 @@
+"""What every JSON API view shares: method check, bearer-token auth, JSON errors.
+
+Every error leaves as ``{"error": sentence, "field": name-or-null}`` with a 4xx
+status, so an agent can show what was wrong with its request; an unexpected
+exception is logged and answered with a JSON 500 rather than an HTML page.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.timezone import now
+
+from contextlab.api.models import ApiToken, hash_token
+from contextlab.engine.errors import (
+    CompactorFailed,
+    ContextLabError,
+    InvalidProfile,
+    TokenizerUnavailable,
+)
+from contextlab.sessions.services import PayloadTooLarge, SessionUnavailable
+
+log = logging.getLogger(__name__)
+
+MAX_JSON_DEPTH = 100
+# Writing last_used on every request would add a write to each hook call.
+LAST_USED_RESOLUTION = dt.timedelta(minutes=5)
+
+
+class ApiRequest(HttpRequest):
+    user: User
+    token: ApiToken
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+ApiView = Callable[..., HttpResponse]
+
+
+def error(status: int, message: str, field: str | None = None, **extra: Any) -> JsonResponse:
+    return JsonResponse({"error": message, "field": field, **extra}, status=status)
+
+
+def _status_for(exc: ContextLabError) -> int:
+    if isinstance(exc, PayloadTooLarge):
+        return 413
+    if isinstance(exc, InvalidProfile):
+        return 422
+    if isinstance(exc, SessionUnavailable):
+        return 409
+    if isinstance(exc, TokenizerUnavailable):
+        return 503
+    if isinstance(exc, CompactorFailed):
+        return 502
+    return 400
+
+
+def require_methods(*methods: str) -> Callable[[ApiView], ApiView]:
+    """Like Django's ``require_http_methods``, with a JSON 405."""
+
+    def decorator(view: ApiView) -> ApiView:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                response = error(405, f"use {' or '.join(methods)} here", "method")
+                response["Allow"] = ", ".join(methods)
+                return response
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def _token_for(request: HttpRequest) -> ApiToken | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(value.strip())).first()
+    if token is None or not token.user.is_active:
+        return None
+    return token
+
+
+def authorize(view: ApiView) -> ApiView:
+    """Bearer-token auth, then the view; ContextLab errors become JSON 4xx answers."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        token = _token_for(request)
+        if token is None:
+            response = error(401, "missing or invalid API token: send 'Authorization: Bearer <token>'",
+                             "Authorization")
+            response["WWW-Authenticate"] = 'Bearer realm="contextlab"'
+            return response
+        moment = now()
+        if token.last_used is None or moment - token.last_used > LAST_USED_RESOLUTION:
+            ApiToken.objects.filter(pk=token.pk).update(last_used=moment)
+        request.user = token.user
+        api_request: ApiRequest = request  # type: ignore[assignment]
+        api_request.token = token
+        try:
+            return view(api_request, *args, **kwargs)
+        except ApiError as exc:
+            return error(exc.status, exc.message, exc.field)
+        except ContextLabError as exc:
+            return JsonResponse(exc.as_dict(), status=_status_for(exc))
+        except ObjectDoesNotExist:
+            return error(404, "not found", None)
+        except RequestDataTooBig:
+            return error(413, "the request body is larger than this server accepts", "body")
+        except Exception:
+            log.exception("API error in %s", request.path)
+            return error(500, "internal error; the server log has the details", None)
+
+    return wrapper
+
+
+def json_body(request: HttpRequest) -> dict[str, Any]:
+    """The request body as a JSON object; every way it can be bad names "body"."""
+    try:
+        raw = request.body
+    except RequestDataTooBig as exc:
+        raise ApiError(413, "the request body is larger than this server accepts", "body") from exc
+    if not raw.strip():
+        return {}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"the body is not valid UTF-8 (at byte {exc.start})", "body") from exc
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                       "body") from exc
+    except RecursionError as exc:
+        raise ApiError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels", "body") from exc
+    except ValueError as exc:  # NaN/Infinity, or an integer too long to convert
+        raise ApiError(400, f"the body is not valid JSON: {exc}", "body") from exc
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise ApiError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels", "body")
+    if not isinstance(value, dict):
+        raise ApiError(400, "the body must be a JSON object", "body")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
+    return False

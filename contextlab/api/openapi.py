@@ -1,0 +1,329 @@
+"""The OpenAPI 3 description of the JSON API, written by hand.
+
+Kept beside the views it describes; ``tests/api/test_openapi.py`` checks that
+every route in ``contextlab/api/urls.py`` appears here with its methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {
+        400: "Bad input: the body names the field at fault",
+        401: "Missing or invalid API token",
+        404: "No such session (or not yours), or no such turn",
+        409: "The session is still being imported",
+        413: "The body or the upload is too large",
+        422: "Invalid profile settings",
+    }
+    return {str(code): _json(_ref("Error"), text[code]) for code in (401, *codes)}
+
+
+SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_NULL_INT = {"type": "integer", "nullable": True}
+_NULL_STR = {"type": "string", "nullable": True}
+_OBJ = {"type": "object", "additionalProperties": True}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "field"],
+        "properties": {
+            "error": {**_STR, "description": "what is wrong, in one sentence"},
+            "field": {**_NULL_STR, "description": "the field at fault, e.g. body, messages[2].content, "
+                                                  "profile.reserve_ratio"},
+            "kind": {**_STR, "description": "the engine's error class, when the engine raised it"},
+        },
+    },
+    "Tokens": {"type": "object", "properties": {"used": _INT, "threshold": _INT, "window": _INT}},
+    "Session": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "title": _STR,
+            "profile": {"type": "object", "properties": {"id": _INT, "name": _STR}},
+            "status": {"type": "string", "enum": ["active", "importing", "closed"]},
+            "policy": {"type": "string", "enum": ["contextlab", "copaw"]},
+            "tokens": _ref("Tokens"),
+            "turns": _INT,
+            "compactions": _INT,
+            "failures": {**_INT, "description": "turns whose summary failed or fell back to the extractive one"},
+            "messages": _INT,
+            "live_messages": _INT,
+            "summary_version": _INT,
+            "source": {**_OBJ, "nullable": True, "description": "for imported sessions: format, file, warnings"},
+            "created": {"type": "string", "format": "date-time"},
+            "last_activity": {"type": "string", "format": "date-time"},
+            "url": {**_STR, "description": "the session's page in the dashboard"},
+        },
+    },
+    "SessionDetail": {
+        "allOf": [
+            _ref("Session"),
+            {"type": "object", "properties": {
+                "system_prompt": _STR,
+                "summary": _NULL_STR,
+                "pending_tool_calls": {"type": "array", "items": _STR},
+                "latest_turn": {"allOf": [_ref("Turn")], "nullable": True},
+            }},
+        ]
+    },
+    "MessageRow": {
+        "type": "object",
+        "properties": {
+            "id": _STR, "seq": _INT, "role": _STR, "tokens": _INT,
+            "status": {"type": "string", "enum": ["live", "archived"]},
+            "truncated_stage": _NULL_INT, "truncated_turn": _NULL_INT, "compacted_turn": _NULL_INT,
+            "summary_version": _NULL_INT,
+            "archive": {"type": "object", "nullable": True, "properties": {"file": _STR, "line": _INT}},
+        },
+    },
+    "Turn": {
+        "type": "object",
+        "properties": {
+            "number": _INT,
+            "trigger": {"type": "string", "enum": ["auto", "manual"]},
+            "outcome": {"type": "string", "enum": ["no_action", "compacted", "compaction_failed", "fallback_summary",
+                                                    "over_budget", "nothing_to_compact"]},
+            "policy": _STR,
+            "used_tokens": {**_INT, "description": "system prompt + summary + messages coming into the hook"},
+            "threshold": _INT, "window": _INT,
+            "payload_tokens": {**_INT, "description": "exact tokens of the payload returned"},
+            "layers": {"type": "object", "properties": dict.fromkeys(("system", "summary", "messages", "tool_results", "total"), _INT)},
+            "compacted": {**_INT, "description": "messages archived at this turn"},
+            "summary_version": _INT,
+            "duration_ms": {"type": "number"},
+            "usage": {**_OBJ, "nullable": True},
+            "created": {"type": "string", "format": "date-time"},
+        },
+    },
+    "TurnFull": {
+        "allOf": [
+            _ref("Turn"),
+            {"type": "object", "properties": {
+                "trace": _ref("Trace"),
+                "messages": {"type": "array", "items": _OBJ, "description": "the payload, OpenAI chat format"},
+            }},
+        ]
+    },
+    "Trace": {
+        "type": "object",
+        "description": "schema contextlab.trace/1: one record per step of the hook, with numbers and reasons",
+        "properties": {
+            "schema": _STR, "turn": _INT, "trigger": _STR, "policy": _STR, "outcome": _STR,
+            "budget": _OBJ, "steps": {"type": "array", "items": _OBJ}, "payload": _OBJ,
+            "flaws_avoided": {"type": "array", "items": _OBJ}, "copaw_losses": {"type": "array", "items": _OBJ},
+            "error": _NULL_STR,
+        },
+        "additionalProperties": True,
+    },
+    "Summary": {
+        "type": "object",
+        "properties": {
+            "version": _INT, "text": _STR, "turn": _INT, "trigger": _STR, "compactor": _STR,
+            "fallback": {"type": "boolean"}, "compacted_ids": {"type": "array", "items": _STR},
+            "created": {"type": "string", "format": "date-time"},
+        },
+    },
+    "CompactionRun": {
+        "type": "object",
+        "properties": {
+            "id": _INT, "status": {"type": "string", "enum": ["queued", "running", "done", "failed"]},
+            "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
+            "created": {"type": "string", "format": "date-time"},
+            "started": {"type": "string", "format": "date-time", "nullable": True},
+            "finished": {"type": "string", "format": "date-time", "nullable": True},
+        },
+    },
+    "SplitPreview": {
+        "type": "object",
+        "properties": {
+            "compact_ids": {"type": "array", "items": _STR}, "keep_ids": {"type": "array", "items": _STR},
+            "pinned_ids": {"type": "array", "items": _STR}, "compact_tokens": _INT, "kept_tokens": _INT,
+            "reserve": _INT, "notes": {"type": "array", "items": _STR},
+        },
+    },
+    "Profile": {
+        "type": "object",
+        "description": "every knob of the engine's Profile, plus the derived threshold and reserve",
+        "properties": {"id": _INT, "name": _STR, "policy": _STR, "max_input_length": _INT,
+                       "compact_ratio": {"type": "number"}, "reserve_ratio": {"type": "number"},
+                       "threshold": _INT, "reserve": _INT},
+        "additionalProperties": True,
+    },
+    "ProfileSettings": {
+        "type": "object",
+        "description": "knob values (names as in Profile); omitted knobs take their defaults",
+        "additionalProperties": True,
+    },
+}
+
+
+def schema(server_url: str) -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "ContextLab API",
+            "version": "1",
+            "description": "Feed an agent's messages in, get back the exact messages to send to the LLM "
+                           "after the pre-reasoning hook, and read every turn's trace.",
+        },
+        "servers": [{"url": server_url}],
+        "security": [{"bearer": []}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "a token from `manage.py createapitoken USERNAME`"}},
+            "schemas": SCHEMAS,
+        },
+        "paths": {
+            "/sessions": {
+                "get": {
+                    "summary": "Your sessions, most recently active first",
+                    "parameters": [
+                        {"name": "profile", "in": "query", "schema": _INT, "description": "only this profile id"},
+                        {"name": "failed", "in": "query", "schema": {"type": "boolean"},
+                         "description": "only sessions that had a failed or fallback summary"},
+                        {"name": "limit", "in": "query", "schema": {**_INT, "minimum": 1, "maximum": 200}},
+                        {"name": "offset", "in": "query", "schema": {**_INT, "minimum": 0}},
+                    ],
+                    "responses": {"200": _json({"type": "object", "properties": {
+                        "sessions": {"type": "array", "items": _ref("Session")}, "count": _INT,
+                        "limit": _INT, "offset": _INT}}), **_errors(400)},
+                },
+                "post": {
+                    "summary": "Create a session",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["system_prompt"],
+                        "properties": {
+                            "system_prompt": _STR,
+                            "title": _STR,
+                            "profile": {"oneOf": [_INT, _STR, _ref("ProfileSettings")],
+                                        "description": "a profile id or name, or settings for a new profile; "
+                                                       "default: your profile named 'default'"},
+                        }}}}},
+                    "responses": {"201": _json(_ref("Session"), "Created"), **_errors(400, 422)},
+                },
+            },
+            "/sessions/{session_id}": {
+                "parameters": [SESSION_ID],
+                "get": {"summary": "One session", "responses": {"200": _json(_ref("SessionDetail")), **_errors(404)}},
+            },
+            "/sessions/{session_id}/messages": {
+                "parameters": [SESSION_ID],
+                "post": {
+                    "summary": "Append messages (OpenAI, Anthropic or AgentScope format, detected)",
+                    "description": "All or nothing. Tool results are cut when they enter the context (stage 1).",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["messages"],
+                        "properties": {"messages": {"type": "array", "items": _OBJ}}}}}},
+                    "responses": {"201": _json({"type": "object", "properties": {
+                        "appended": _INT, "messages": {"type": "array", "items": _ref("MessageRow")},
+                        "session": _ref("Session")}}, "Appended"), **_errors(400, 404, 409, 413)},
+                },
+            },
+            "/sessions/{session_id}/prepare": {
+                "parameters": [SESSION_ID],
+                "post": {
+                    "summary": "Run the pre-reasoning hook; returns the exact messages to send and the trace",
+                    "responses": {"200": _json({"type": "object", "properties": {
+                        "turn": _INT, "messages": {"type": "array", "items": _OBJ}, "trace": _ref("Trace")}}),
+                        **_errors(404, 409)},
+                },
+            },
+            "/sessions/{session_id}/usage": {
+                "parameters": [SESSION_ID],
+                "post": {
+                    "summary": "Report the usage the provider returned for a turn's call",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["turn", "usage"],
+                        "properties": {"turn": _INT, "usage": _OBJ}}}}},
+                    "responses": {"200": _json({"type": "object", "properties": {
+                        "turn": _INT, "usage": _OBJ, "payload_tokens": _INT, "reported_prompt_tokens": _NULL_INT,
+                        "difference": _NULL_INT}}), **_errors(400, 404)},
+                },
+            },
+            "/sessions/{session_id}/compact": {
+                "parameters": [SESSION_ID],
+                "post": {
+                    "summary": "Manual compaction, or its preview",
+                    "requestBody": {"content": {"application/json": {"schema": {
+                        "type": "object", "properties": {"instruction": _NULL_STR,
+                                                         "preview": {"type": "boolean", "default": False}}}}}},
+                    "responses": {"200": _json({"oneOf": [
+                        {"type": "object", "properties": {"preview": _ref("SplitPreview")}},
+                        {"type": "object", "properties": {"run": _ref("CompactionRun"), "turn": _ref("Turn"),
+                                                          "trace": _ref("Trace")}},
+                    ]}), **_errors(400, 404, 409)},
+                },
+            },
+            "/sessions/{session_id}/turns": {
+                "parameters": [SESSION_ID],
+                "get": {
+                    "summary": "Turns in order (cursor: after)",
+                    "parameters": [{"name": "after", "in": "query", "schema": _INT},
+                                   {"name": "limit", "in": "query", "schema": {**_INT, "minimum": 1,
+                                                                               "maximum": 200}}],
+                    "responses": {"200": _json({"type": "object", "properties": {
+                        "turns": {"type": "array", "items": _ref("Turn")}}}), **_errors(400, 404)},
+                },
+            },
+            "/sessions/{session_id}/turns/{number}": {
+                "parameters": [SESSION_ID, {"name": "number", "in": "path", "required": True, "schema": _INT}],
+                "get": {"summary": "One turn with its trace and payload",
+                        "responses": {"200": _json(_ref("TurnFull")), **_errors(404)}},
+            },
+            "/sessions/{session_id}/summaries": {
+                "parameters": [SESSION_ID],
+                "get": {"summary": "Every summary version",
+                        "responses": {"200": _json({"type": "object", "properties": {
+                            "current_version": _INT, "summaries": {"type": "array", "items": _ref("Summary")}}}),
+                            **_errors(404)}},
+            },
+            "/sessions/{session_id}/export": {
+                "parameters": [SESSION_ID],
+                "get": {"summary": "The session as a zip bundle (import it with POST /imports)",
+                        "responses": {"200": {"description": "zip", "content": {"application/zip": {
+                            "schema": {"type": "string", "format": "binary"}}}}, **_errors(404)}},
+            },
+            "/imports": {
+                "post": {
+                    "summary": "Import a recorded transcript (replayed turn by turn) or a session bundle",
+                    "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+                        "type": "object", "required": ["file"],
+                        "properties": {"file": {"type": "string", "format": "binary"},
+                                       "profile": {**_STR, "description": "profile id or name"},
+                                       "title": _STR}}}}},
+                    "responses": {"201": _json(_ref("Session"), "Imported"), **_errors(400, 413, 422)},
+                },
+            },
+            "/profiles": {
+                "get": {"summary": "Your profiles",
+                        "responses": {"200": _json({"type": "object", "properties": {
+                            "profiles": {"type": "array", "items": _ref("Profile")}}}), **_errors()}},
+                "post": {
+                    "summary": "Create a profile",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "allOf": [_ref("ProfileSettings"),
+                                  {"type": "object", "required": ["name"], "properties": {"name": _STR}}]}}}},
+                    "responses": {"201": _json(_ref("Profile"), "Created"), **_errors(400, 422)},
+                },
+            },
+            "/openapi.json": {
+                "get": {"summary": "This document", "security": [],
+                        "responses": {"200": _json({"type": "object"})}},
+            },
+        },
+    }

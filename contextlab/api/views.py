@@ -1,0 +1,255 @@
+"""The JSON API under ``/api/v1/`` (schema: ``/api/v1/openapi.json``).
+
+Views parse the request, call one service and answer JSON; the services and
+the engine say what is wrong with the input, and ``authorize`` turns that into
+``{"error", "field"}`` with a 4xx status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET
+
+from contextlab.api.decorators import ApiError, ApiRequest, authorize, error, json_body, require_methods
+from contextlab.api.openapi import schema
+from contextlab.engine.errors import InvalidProfile
+from contextlab.sessions import services
+from contextlab.sessions.models import AgentProfile, AgentSession, Turn
+
+MAX_PAGE = 200
+
+
+def _session(request: ApiRequest, session_id: UUID) -> AgentSession:
+    # Someone else's session answers exactly like a missing one.
+    session = AgentSession.objects.select_related("profile").filter(pk=session_id, owner=request.user).first()
+    if session is None:
+        raise ApiError(404, f"you have no session {session_id}", "id")
+    return session
+
+
+def _int_param(request: HttpRequest, name: str, default: int, *, low: int = 0, high: int | None = None) -> int:
+    raw = request.GET.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"{name} must be a whole number", name) from exc
+    if value < low or (high is not None and value > high):
+        raise ApiError(400, f"{name} must be between {low} and {high}" if high else f"{name} must be ≥ {low}", name)
+    return value
+
+
+def _optional_str(body: dict[str, Any], name: str, default: str = "") -> str:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ApiError(400, f"{name} must be a string", name)
+    return value
+
+
+# -- sessions ----------------------------------------------------------------------------
+
+
+@csrf_exempt
+@require_methods("GET", "POST")
+@authorize
+def sessions(request: ApiRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _session_create(request)
+    profile_id = _int_param(request, "profile", 0, low=0) or None
+    failed = request.GET.get("failed", "") in ("1", "true", "yes")
+    limit = _int_param(request, "limit", 50, low=1, high=MAX_PAGE)
+    offset = _int_param(request, "offset", 0)
+    qs = AgentSession.objects.filter(owner=request.user).listed(profile_id=profile_id, failed=failed)
+    page = list(qs[offset:offset + limit])
+    return JsonResponse({"sessions": [s.to_dict() for s in page], "count": qs.count(),
+                         "limit": limit, "offset": offset})
+
+
+def _session_create(request: ApiRequest) -> HttpResponse:
+    body = json_body(request)
+    if "system_prompt" not in body:
+        raise ApiError(400, "system_prompt is required (it may be empty)", "system_prompt")
+    profile = None
+    if body.get("profile") is not None:
+        try:
+            profile = services.profile_resolve(owner=request.user, ref=body["profile"])
+        except InvalidProfile as exc:
+            # Knob errors of an inline profile name the knob inside "profile".
+            field = exc.field if exc.field in (None, "profile") else f"profile.{exc.field}"
+            raise InvalidProfile(exc.message, field=field) from exc
+    session = services.session_create(owner=request.user, system_prompt=body["system_prompt"],
+                                      profile=profile, title=_optional_str(body, "title"))
+    return JsonResponse(session.to_dict(), status=201)
+
+
+@csrf_exempt
+@require_methods("GET")
+@authorize
+def session_detail(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    data = session.to_dict()
+    data["system_prompt"] = session.system_prompt
+    data["summary"] = session.summary or None
+    data["pending_tool_calls"] = sorted((session.engine_state.get("pending_calls") or {}).keys())
+    latest = session.latest_turn()
+    data["latest_turn"] = latest.to_dict() if latest else None
+    return JsonResponse(data)
+
+
+@csrf_exempt
+@require_methods("POST")
+@authorize
+def session_messages(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    body = json_body(request)
+    if "messages" not in body:
+        raise ApiError(400, "messages is required: a list of OpenAI, Anthropic or AgentScope messages", "messages")
+    rows = services.messages_append(session=session, messages=body["messages"])
+    session.refresh_from_db()
+    return JsonResponse({"appended": len(rows), "messages": [row.to_dict() for row in rows],
+                         "session": session.to_dict()}, status=201)
+
+
+@csrf_exempt
+@require_methods("POST")
+@authorize
+def session_prepare(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    payload, trace = services.session_prepare(session=session)
+    return JsonResponse({"turn": trace["turn"], "messages": payload, "trace": trace})
+
+
+@csrf_exempt
+@require_methods("POST")
+@authorize
+def session_usage(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    body = json_body(request)
+    number = body.get("turn")
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ApiError(400, "turn must be the number of a turn (from the prepare answer)", "turn")
+    try:
+        turn = services.usage_report(session=session, turn_number=number, usage=body.get("usage"))
+    except Turn.DoesNotExist as exc:
+        raise ApiError(404, f"the session has no turn {number}", "turn") from exc
+    reported = services.reported_prompt_tokens(turn.usage)
+    return JsonResponse({
+        "turn": turn.number,
+        "usage": turn.usage,
+        "payload_tokens": turn.payload_tokens,
+        "reported_prompt_tokens": reported,
+        "difference": None if reported is None else reported - turn.payload_tokens,
+    })
+
+
+@csrf_exempt
+@require_methods("POST")
+@authorize
+def session_compact(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    body = json_body(request)
+    preview = body.get("preview", False)
+    if not isinstance(preview, bool):
+        raise ApiError(400, "preview must be true or false", "preview")
+    if preview:
+        return JsonResponse({"preview": services.compaction_preview(session=session)})
+    instruction = body.get("instruction")
+    if instruction is not None and not isinstance(instruction, str):
+        raise ApiError(400, "instruction must be a string", "instruction")
+    run = services.compaction_run(session=session, instruction=instruction, requested_by=request.user)
+    assert run.turn_number is not None  # a run that finished without raising has its turn
+    turn = session.turns.get(number=run.turn_number)
+    return JsonResponse({"run": run.to_dict(), "turn": turn.to_dict(), "trace": turn.trace})
+
+
+@csrf_exempt
+@require_methods("GET")
+@authorize
+def session_turns(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    after = _int_param(request, "after", 0)
+    limit = _int_param(request, "limit", 100, low=1, high=MAX_PAGE)
+    turns = list(session.turns.filter(number__gt=after).order_by("number")[:limit])
+    return JsonResponse({"turns": [t.to_dict() for t in turns]})
+
+
+@csrf_exempt
+@require_methods("GET")
+@authorize
+def session_turn(request: ApiRequest, session_id: UUID, number: int) -> HttpResponse:
+    session = _session(request, session_id)
+    turn = session.turns.filter(number=number).first()
+    if turn is None:
+        raise ApiError(404, f"the session has no turn {number}", "turn")
+    return JsonResponse(turn.to_dict(full=True))
+
+
+@csrf_exempt
+@require_methods("GET")
+@authorize
+def session_summaries(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    return JsonResponse({"current_version": session.summary_version,
+                         "summaries": [s.to_dict() for s in session.summary_versions.order_by("version")]})
+
+
+@csrf_exempt
+@require_methods("GET")
+@authorize
+def session_export(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    session = _session(request, session_id)
+    response = HttpResponse(services.session_export(session=session), content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="contextlab-session-{session.id}.zip"'
+    return response
+
+
+# -- imports and profiles ----------------------------------------------------------------
+
+
+@csrf_exempt
+@require_methods("POST")
+@authorize
+def imports(request: ApiRequest) -> HttpResponse:
+    upload = request.FILES.get("file")
+    if upload is None:
+        raise ApiError(400, "send the transcript as a multipart form field named 'file'", "file")
+    profile = None
+    if request.POST.get("profile"):
+        profile = services.profile_resolve(owner=request.user, ref=request.POST["profile"])
+    session = services.transcript_import(owner=request.user, upload=upload, profile=profile,
+                                         title=request.POST.get("title", ""))
+    return JsonResponse(session.to_dict(), status=201)
+
+
+@csrf_exempt
+@require_methods("GET", "POST")
+@authorize
+def profiles(request: ApiRequest) -> HttpResponse:
+    if request.method == "POST":
+        body = json_body(request)
+        knobs = {k: v for k, v in body.items() if k != "name"}
+        if not isinstance(body.get("name"), str):
+            raise ApiError(400, "name is required", "name")
+        profile = services.profile_create(owner=request.user, name=body["name"], knobs=knobs)
+        return JsonResponse(profile.to_dict(), status=201)
+    return JsonResponse({"profiles": [p.to_dict() for p in AgentProfile.objects.filter(owner=request.user)]})
+
+
+# -- unauthenticated ---------------------------------------------------------------------
+
+
+@require_GET
+def openapi(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(schema(request.build_absolute_uri("/api/v1")))
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    return error(404, f"no API endpoint {request.path}; see /api/v1/openapi.json", None)

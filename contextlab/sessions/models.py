@@ -1,0 +1,533 @@
+"""Agent profiles and sessions, and everything a session's turns leave behind.
+
+The engine does the work and keeps its own state (``ContextManager.export_state``,
+stored whole in ``AgentSession.engine_state``); the other tables are the
+queryable record the pages and the API read: one row per message with its fate,
+one per turn with its trace, one per summary version, offloaded file and
+manual compaction run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+from django.utils.timezone import now
+
+from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.profile import BOUNDS, COMPACTORS, LANGUAGES, POLICIES, TOKENIZERS, Profile
+
+_DEFAULT = Profile()
+# Every knob of the engine's Profile, in its order; "name" is the row's own
+# field and "extra" is free-form engine data, not a knob.
+PROFILE_KNOBS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Profile) if f.name not in ("name", "extra"))
+LIST_KNOBS: tuple[str, ...] = ("exempt_tool_names", "browser_tool_names", "read_file_tool_names")
+# Outcomes that count as a failure on the sessions list ("had a failure / fallback").
+FAILURE_OUTCOMES = ("compaction_failed", "fallback_summary")
+COMPACTION_OUTCOMES = ("compacted", "fallback_summary")
+
+
+def _bounded(name: str) -> list[Any]:
+    bound = BOUNDS[name]
+    return [MinValueValidator(bound.low), MaxValueValidator(bound.high)]
+
+
+def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(v, v) for v in values]
+
+
+def default_browser_tool_names() -> list[str]:
+    return list(_DEFAULT.browser_tool_names)
+
+
+def default_read_file_tool_names() -> list[str]:
+    return list(_DEFAULT.read_file_tool_names)
+
+
+class AgentProfile(models.Model):
+    """The knobs of one agent, stored; ``to_engine()`` gives the engine's Profile."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="agent_profiles")
+    name = models.CharField(max_length=100)
+    policy = models.CharField(max_length=16, choices=_choices(POLICIES), default=_DEFAULT.policy)
+    max_input_length = models.PositiveIntegerField(
+        default=_DEFAULT.max_input_length, validators=_bounded("max_input_length"),
+        help_text=BOUNDS["max_input_length"].help)
+    compact_ratio = models.FloatField(
+        default=_DEFAULT.compact_ratio, validators=_bounded("compact_ratio"), help_text=BOUNDS["compact_ratio"].help)
+    reserve_ratio = models.FloatField(
+        default=_DEFAULT.reserve_ratio, validators=_bounded("reserve_ratio"), help_text=BOUNDS["reserve_ratio"].help)
+    recent_n = models.PositiveIntegerField(
+        default=_DEFAULT.recent_n, validators=_bounded("recent_n"), help_text=BOUNDS["recent_n"].help)
+    recent_max_bytes = models.PositiveIntegerField(
+        default=_DEFAULT.recent_max_bytes, validators=_bounded("recent_max_bytes"),
+        help_text=BOUNDS["recent_max_bytes"].help)
+    old_max_bytes = models.PositiveIntegerField(
+        default=_DEFAULT.old_max_bytes, validators=_bounded("old_max_bytes"), help_text=BOUNDS["old_max_bytes"].help)
+    markdown_recent_max_bytes = models.PositiveIntegerField(
+        default=_DEFAULT.markdown_recent_max_bytes, validators=_bounded("markdown_recent_max_bytes"),
+        help_text=BOUNDS["markdown_recent_max_bytes"].help)
+    markdown_old_max_bytes = models.PositiveIntegerField(
+        default=_DEFAULT.markdown_old_max_bytes, validators=_bounded("markdown_old_max_bytes"),
+        help_text=BOUNDS["markdown_old_max_bytes"].help)
+    retention_days = models.PositiveIntegerField(
+        default=_DEFAULT.retention_days, validators=_bounded("retention_days"),
+        help_text=BOUNDS["retention_days"].help)
+    tokenizer = models.CharField(max_length=32, choices=_choices(TOKENIZERS), default=_DEFAULT.tokenizer)
+    estimate_divisor = models.FloatField(
+        default=_DEFAULT.estimate_divisor, validators=_bounded("estimate_divisor"),
+        help_text=BOUNDS["estimate_divisor"].help)
+    compactor = models.CharField(max_length=16, choices=_choices(COMPACTORS), default=_DEFAULT.compactor)
+    compaction_base_url = models.URLField(max_length=500, blank=True, default=_DEFAULT.compaction_base_url,
+                                          help_text="OpenAI-compatible endpoint of the summary model")
+    compaction_model = models.CharField(max_length=200, blank=True, default=_DEFAULT.compaction_model)
+    compaction_api_key_env = models.CharField(
+        max_length=100, blank=True, default=_DEFAULT.compaction_api_key_env,
+        help_text="name of the environment variable holding the API key (the key itself is never stored)")
+    compaction_timeout = models.FloatField(
+        default=_DEFAULT.compaction_timeout, validators=_bounded("compaction_timeout"),
+        help_text=BOUNDS["compaction_timeout"].help)
+    compaction_retries = models.PositiveSmallIntegerField(
+        default=_DEFAULT.compaction_retries, validators=_bounded("compaction_retries"),
+        help_text=BOUNDS["compaction_retries"].help)
+    summary_language = models.CharField(max_length=8, choices=_choices(LANGUAGES), default=_DEFAULT.summary_language)
+    exempt_tool_names = models.JSONField(default=list, blank=True, help_text="tools whose results are never cut")
+    browser_tool_names = models.JSONField(default=default_browser_tool_names, blank=True,
+                                          help_text="tools whose old results keep only the file reference")
+    read_file_tool_names = models.JSONField(default=default_read_file_tool_names, blank=True,
+                                            help_text="tools whose results point at the real file and line")
+    timezone = models.CharField(max_length=64, default=_DEFAULT.timezone)
+    max_message_bytes = models.PositiveIntegerField(
+        default=_DEFAULT.max_message_bytes, validators=_bounded("max_message_bytes"),
+        help_text=BOUNDS["max_message_bytes"].help)
+    created = models.DateTimeField(default=now)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="agentprofile_owner_name_unique")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def knobs(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in PROFILE_KNOBS}
+
+    def to_engine(self) -> Profile:
+        values = self.knobs()
+        for name in LIST_KNOBS:
+            value = values[name]
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise InvalidProfile(f"{name} must be a list of tool names", field=name)
+            values[name] = tuple(value)
+        return Profile(name=self.name, **values)
+
+    def clean(self) -> None:
+        # The engine owns the rules (bounds, and combinations such as reserve ≥
+        # threshold), so the form and the admin ask it rather than repeat them.
+        try:
+            self.to_engine()
+        except InvalidProfile as exc:
+            key = exc.field if exc.field in PROFILE_KNOBS else NON_FIELD_ERRORS
+            raise ValidationError({key: exc.message}) from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.pk, "name": self.name, **self.knobs(),
+                "threshold": self.threshold, "reserve": self.reserve}
+
+    @property
+    def threshold(self) -> int:
+        return self.to_engine().threshold
+
+    @property
+    def reserve(self) -> int:
+        return self.to_engine().reserve
+
+
+class AgentSessionQuerySet(models.QuerySet["AgentSession"]):
+    def listed(self, *, profile_id: int | None = None, failed: bool = False) -> AgentSessionQuerySet:
+        """The sessions list's filters: by profile, and "had a failure / fallback"."""
+        qs = self.select_related("profile")
+        if profile_id is not None:
+            qs = qs.filter(profile_id=profile_id)
+        if failed:
+            qs = qs.filter(failures_count__gt=0)
+        return qs
+
+
+class AgentSession(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        IMPORTING = "importing"
+        CLOSED = "closed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="agent_sessions")
+    profile = models.ForeignKey(AgentProfile, models.PROTECT, related_name="sessions")
+    title = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    # ContextManager.export_state(): the engine's whole in-memory state.
+    engine_state = models.JSONField(default=dict, blank=True)
+    summary = models.TextField(blank=True)
+    summary_version = models.PositiveIntegerField(default=0)
+    # Numbers for the sessions list, kept current by the services so the list
+    # never has to aggregate turns.
+    tokens_used = models.PositiveIntegerField(default=0)
+    tokens_threshold = models.PositiveIntegerField(default=0)
+    tokens_window = models.PositiveIntegerField(default=0)
+    turns_count = models.PositiveIntegerField(default=0)
+    compactions_count = models.PositiveIntegerField(default=0)
+    failures_count = models.PositiveIntegerField(default=0)
+    messages_count = models.PositiveIntegerField(default=0)
+    live_count = models.PositiveIntegerField(default=0)
+    # Where an imported session came from: format, file name, importer warnings.
+    source = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(default=now)
+    last_activity = models.DateTimeField(default=now)
+
+    objects = AgentSessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_activity"]
+        indexes = [models.Index(fields=["owner", "-last_activity"], name="agentsession_owner_activity")]
+
+    def __str__(self) -> str:
+        return self.display_title
+
+    @property
+    def display_title(self) -> str:
+        return self.title or f"Session {str(self.id)[:8]}"
+
+    @property
+    def workspace(self) -> Path:
+        return Path(settings.WORKSPACES_DIR) / str(self.id)
+
+    @property
+    def had_failure(self) -> bool:
+        return self.failures_count > 0
+
+    @property
+    def used_percent(self) -> float:
+        return min(100.0, 100.0 * self.tokens_used / self.tokens_window) if self.tokens_window else 0.0
+
+    @property
+    def over_threshold(self) -> bool:
+        return bool(self.tokens_threshold) and self.tokens_used >= self.tokens_threshold
+
+    def get_absolute_url(self) -> str:
+        return reverse("cl-session-detail", args=[self.id])
+
+    def latest_turn(self) -> Turn | None:
+        return self.turns.defer("payload").order_by("-number").first()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "title": self.title,
+            "profile": {"id": self.profile_id, "name": self.profile.name},
+            "status": self.status,
+            "policy": self.profile.policy,
+            "tokens": {"used": self.tokens_used, "threshold": self.tokens_threshold, "window": self.tokens_window},
+            "turns": self.turns_count,
+            "compactions": self.compactions_count,
+            "failures": self.failures_count,
+            "messages": self.messages_count,
+            "live_messages": self.live_count,
+            "summary_version": self.summary_version,
+            "source": self.source or None,
+            "created": self.created.isoformat(),
+            "last_activity": self.last_activity.isoformat(),
+            "url": self.get_absolute_url(),
+        }
+
+
+class SessionMessage(models.Model):
+    """Every message a session ever ingested, with where it is now."""
+
+    class Status(models.TextChoices):
+        LIVE = "live"
+        ARCHIVED = "archived"
+
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="messages")
+    message_id = models.CharField(max_length=200)
+    seq = models.PositiveIntegerField(help_text="position in ingest order, from 1")
+    role = models.CharField(max_length=16)
+    # Free text from the client (AgentScope names, provider timestamps): no length limit.
+    name = models.TextField(blank=True)
+    timestamp = models.TextField(blank=True)
+    # The engine's own JSON form of the content blocks: as ingested (before any
+    # truncation), and as the live context holds it now (or held it last).
+    content = models.JSONField()
+    current_content = models.JSONField()
+    tokens = models.PositiveIntegerField(default=0, help_text="exact tokens of the current content")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.LIVE)
+    # Stage 1 = cut when written into the context; 2 = re-cut in the hook
+    # (also CoPaw's in-hook cut, which has no separate stages).
+    truncated_stage = models.PositiveSmallIntegerField(null=True, blank=True)
+    truncated_turn = models.PositiveIntegerField(null=True, blank=True)
+    compacted_turn = models.PositiveIntegerField(null=True, blank=True)
+    summary_version = models.PositiveIntegerField(null=True, blank=True)
+    archive_file = models.CharField(max_length=200, blank=True)
+    archive_line = models.PositiveIntegerField(null=True, blank=True)
+    fate = models.JSONField(default=list, blank=True, help_text="the engine's fate events for this message")
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "message_id"], name="sessionmessage_session_id_unique"),
+            models.UniqueConstraint(fields=["session", "seq"], name="sessionmessage_session_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.message_id}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.status == self.Status.LIVE
+
+    def fate_text(self) -> str:
+        """What happened to the message, in one line ("" when nothing did); the status says where it is."""
+        parts: list[str] = []
+        if self.truncated_stage is not None:
+            parts.append(f"truncated at stage {self.truncated_stage}"
+                         + (f" before turn {self.truncated_turn}" if self.truncated_stage == 1 and self.truncated_turn
+                            else f" in turn {self.truncated_turn}" if self.truncated_turn else ""))
+        if self.compacted_turn is not None:
+            parts.append(f"compacted in turn {self.compacted_turn}"
+                         + (f" into summary v{self.summary_version}" if self.summary_version else ""))
+        if self.archive_file:
+            parts.append(f"{self.archive_file} line {self.archive_line}")
+        return " · ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.message_id,
+            "seq": self.seq,
+            "role": self.role,
+            "tokens": self.tokens,
+            "status": self.status,
+            "truncated_stage": self.truncated_stage,
+            "truncated_turn": self.truncated_turn,
+            "compacted_turn": self.compacted_turn,
+            "summary_version": self.summary_version,
+            "archive": {"file": self.archive_file, "line": self.archive_line} if self.archive_file else None,
+        }
+
+    def display_blocks(self, limit: int = 2_000) -> list[dict[str, str]]:
+        """The current content as (kind, label, text) rows for the pages, each cut to ``limit`` characters."""
+        rows: list[dict[str, str]] = []
+        for block in self.current_content or []:
+            kind = str(block.get("type", ""))
+            label = kind
+            if kind == "text":
+                text = str(block.get("text", ""))
+            elif kind == "thinking":
+                text = str(block.get("thinking", ""))
+            elif kind == "tool_use":
+                label = f"tool call {block.get('name', '')}"
+                text = block.get("raw_input") or json.dumps(block.get("input", {}), ensure_ascii=False)
+            elif kind == "tool_result":
+                label = f"tool result {block.get('name', '')}" + (" (error)" if block.get("is_error") else "")
+                output = block.get("output", "")
+                text = output if isinstance(output, str) else "\n".join(
+                    str(p.get("text", "")) for p in output if isinstance(p, dict) and p.get("type") == "text")
+            else:
+                text = str(block.get("url") or "(inline data)")
+            if len(text) > limit:
+                text = text[:limit] + f"… ({len(text) - limit:,} more characters)"
+            rows.append({"kind": kind, "label": label, "text": text})
+        return rows
+
+
+class Turn(models.Model):
+    """One run of the hook (or of a manual compaction) and its trace."""
+
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="turns")
+    number = models.PositiveIntegerField()
+    trigger = models.CharField(max_length=16)
+    outcome = models.CharField(max_length=32)
+    policy = models.CharField(max_length=16)
+    trace = models.JSONField()
+    # The exact messages sent to the LLM at this turn, in OpenAI's format.
+    payload = models.JSONField(default=list)
+    used_tokens = models.PositiveIntegerField(
+        default=0, help_text="system prompt + summary + messages as the hook measured them coming in")
+    threshold = models.PositiveIntegerField(default=0)
+    window = models.PositiveIntegerField(default=0)
+    payload_tokens = models.PositiveIntegerField(default=0, help_text="exact tokens of the payload sent")
+    compacted_count = models.PositiveIntegerField(default=0)
+    duration_ms = models.FloatField(default=0.0)
+    summary_version = models.PositiveIntegerField(default=0)
+    # What the provider said the call cost, reported by the agent afterwards.
+    usage = models.JSONField(null=True, blank=True)
+    created = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [models.UniqueConstraint(fields=["session", "number"], name="turn_session_number_unique")]
+
+    def __str__(self) -> str:
+        return f"turn {self.number}: {self.outcome}"
+
+    @property
+    def is_failure(self) -> bool:
+        return self.outcome in FAILURE_OUTCOMES
+
+    @property
+    def compacted(self) -> bool:
+        return self.outcome in COMPACTION_OUTCOMES
+
+    def layer_tokens(self) -> dict[str, int]:
+        tokens = (self.trace.get("payload") or {}).get("tokens") or {}
+        return {key: int(tokens.get(key, 0)) for key in ("system", "summary", "messages", "tool_results", "total")}
+
+    def steps(self) -> list[dict[str, Any]]:
+        return list(self.trace.get("steps") or [])
+
+    def payload_rows(self, limit: int = 300) -> list[dict[str, Any]]:
+        """The payload's messages as (role, size, excerpt) rows for the turn page."""
+        rows: list[dict[str, Any]] = []
+        for index, message in enumerate(self.payload or []):
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            if message.get("tool_calls"):
+                text = (text if content else "") + json.dumps(message["tool_calls"], ensure_ascii=False)
+            rows.append({"index": index, "role": message.get("role", ""), "name": message.get("name") or "",
+                         "chars": len(text), "excerpt": text[:limit] + ("…" if len(text) > limit else "")})
+        return rows
+
+    def get_absolute_url(self) -> str:
+        return reverse("cl-turn-detail", args=[self.session_id, self.number])
+
+    def to_dict(self, *, full: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "number": self.number,
+            "trigger": self.trigger,
+            "outcome": self.outcome,
+            "policy": self.policy,
+            "used_tokens": self.used_tokens,
+            "threshold": self.threshold,
+            "window": self.window,
+            "payload_tokens": self.payload_tokens,
+            "layers": self.layer_tokens(),
+            "compacted": self.compacted_count,
+            "summary_version": self.summary_version,
+            "duration_ms": self.duration_ms,
+            "usage": self.usage,
+            "created": self.created.isoformat(),
+        }
+        if full:
+            data["trace"] = self.trace
+            data["messages"] = self.payload
+        return data
+
+
+class SummaryVersion(models.Model):
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="summary_versions")
+    version = models.PositiveIntegerField()
+    text = models.TextField()
+    turn = models.PositiveIntegerField()
+    trigger = models.CharField(max_length=16, blank=True)
+    compactor = models.CharField(max_length=32)
+    fallback = models.BooleanField(default=False)
+    compacted_ids = models.JSONField(default=list, blank=True)
+    created = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["version"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "version"], name="summaryversion_session_version_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"summary v{self.version}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "text": self.text, "turn": self.turn, "trigger": self.trigger,
+                "compactor": self.compactor, "fallback": self.fallback, "compacted_ids": self.compacted_ids,
+                "created": self.created.isoformat()}
+
+
+class OffloadedFile(models.Model):
+    """A full tool output saved under the workspace's ``tool_result/``."""
+
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="offloaded_files")
+    path = models.CharField(max_length=300, help_text="relative to the session workspace")
+    message_id = models.CharField(max_length=200, blank=True)
+    tool = models.TextField(blank=True)
+    stage = models.PositiveSmallIntegerField(default=1)
+    bytes = models.PositiveBigIntegerField(default=0, help_text="size of the full output")
+    kept_bytes = models.PositiveBigIntegerField(default=0, help_text="bytes left in the context")
+    sha256 = models.CharField(max_length=64)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    referenced = models.BooleanField(default=True, help_text="a live message still points to it")
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [models.UniqueConstraint(fields=["session", "path"], name="offloadedfile_session_path_unique")]
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class CompactionRun(models.Model):
+    """A manual compaction: the row is the source of truth the pages read."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="compaction_runs")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True,
+                                     related_name="+")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    trigger = models.CharField(max_length=16, default="manual")
+    instruction = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    turn_number = models.PositiveIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=32, blank=True)
+    created = models.DateTimeField(default=now)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"compaction {self.pk} ({self.status})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.pk, "status": self.status, "trigger": self.trigger, "instruction": self.instruction,
+                "error": self.error, "turn": self.turn_number, "outcome": self.outcome,
+                "created": self.created.isoformat(),
+                "started": self.started.isoformat() if self.started else None,
+                "finished": self.finished.isoformat() if self.finished else None}
+
+    def mark_running(self) -> None:
+        self.status = self.Status.RUNNING
+        self.started = now()
+        self.save(update_fields=["status", "started"])
+
+    def mark_done(self, *, turn_number: int, outcome: str) -> None:
+        self.status = self.Status.DONE
+        self.turn_number = turn_number
+        self.outcome = outcome
+        self.finished = now()
+        self.save(update_fields=["status", "turn_number", "outcome", "finished"])
+
+    def mark_failed(self, error: str) -> None:
+        self.status = self.Status.FAILED
+        self.error = error
+        self.finished = now()
+        self.save(update_fields=["status", "error", "finished"])
