@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from contextlab.engine.errors import ContextLabError
+from contextlab.engine.profile import Profile
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,27 +22,54 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("transcript", help="a transcript file (Claude Code, OpenHands, LangGraph, tau-bench, "
                         "SWE-agent, DeerFlow SSE, ReMe list, or OpenAI/Anthropic/AgentScope messages)")
     replay.add_argument("--out", required=True, help="output folder (the agent workspace)")
-    replay.add_argument("--policy", choices=("contextlab", "copaw"), help="default: contextlab")
+    replay.add_argument("--policy", choices=("contextlab", "copaw", "eviction"), help="default: contextlab")
+    replay.add_argument("--strategy", choices=("lowest_score_first", "sliding_window", "hierarchical_quota"),
+                        help="eviction strategy (with --policy eviction)")
     replay.add_argument("--profile", help="a profile JSON file; flags below override it")
     replay.add_argument("--max-input-length", type=int, help="context window in tokens")
     replay.add_argument("--compactor", choices=("extractive", "openai"), help="who writes the summary")
     replay.add_argument("--overwrite", action="store_true", help="replace an earlier replay in --out")
     replay.add_argument("--quiet", action="store_true", help="no progress output")
+    compare = commands.add_parser(
+        "compare",
+        help="replay a transcript under every policy and compare them",
+        description="Replay a transcript under contextlab, copaw and each eviction strategy; print tokens over "
+        "turns, what each summarized, externalized or dropped, and whether every original is recoverable.",
+    )
+    compare.add_argument("transcript")
+    compare.add_argument("--out", required=True, help="folder for one sub-folder per policy and comparison.json")
+    compare.add_argument("--profile", help="a profile JSON file")
+    compare.add_argument("--max-input-length", type=int, help="context window in tokens")
     return parser
 
 
+def _profile(args: argparse.Namespace) -> Profile:
+    profile = Profile.from_json_file(args.profile) if args.profile else Profile()
+    if args.max_input_length is not None:
+        profile = profile.replace(max_input_length=args.max_input_length)
+    return profile
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from contextlab.engine.compare import compare_policies, render
+
+    profile = _profile(args)
+    results = compare_policies(args.transcript, args.out, profile=profile)
+    print(render(results, window=profile.max_input_length))
+    return 0
+
+
 def run_replay(args: argparse.Namespace) -> int:
-    from contextlab.engine.profile import Profile
     from contextlab.engine.replay import replay_transcript
 
-    profile = Profile.from_json_file(args.profile) if args.profile else Profile()
+    profile = _profile(args)
     changes: dict[str, object] = {}
     if args.policy:
         changes["policy"] = args.policy
-    if args.max_input_length is not None:
-        changes["max_input_length"] = args.max_input_length
     if args.compactor:
         changes["compactor"] = args.compactor
+    if args.strategy:
+        changes["eviction_strategy"] = args.strategy
     if changes:
         profile = profile.replace(**changes)
     report = replay_transcript(args.transcript, args.out, profile=profile, overwrite=args.overwrite,
@@ -60,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "replay":
             return run_replay(args)
+        if args.command == "compare":
+            return run_compare(args)
     except ContextLabError as exc:
         print(f"contextlab: error: {exc}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextlab.engine import copaw, flaw_notes, policy_copaw
+from contextlab.engine import copaw, flaw_notes, policy_copaw, policy_eviction
 from contextlab.engine.archive import DialogArchive
 from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryRequest, SummaryResult
@@ -143,6 +143,8 @@ class ContextManager:
         self.turn = 0
         self.traces: list[TurnTrace] = []
         self.archived_ids: list[str] = []
+        # Message id -> key of its original under externalized/ (eviction policy).
+        self.externalized: dict[str, str] = {}
         self.fate: dict[str, list[dict[str, Any]]] = {}
         self.ledger: dict[str, dict[str, Any]] = {}  # "<msg id>#<block>" -> entry
 
@@ -228,6 +230,31 @@ class ContextManager:
         self.messages[index] = new
         self._add_live(new)
         self._changed.append(new.id)
+
+    def replace_all(self, messages: list[Message], *, archived: Iterable[str],
+                    externalized: dict[str, str]) -> None:
+        """Swap in a whole new live list (the eviction policy's result).
+
+        ``archived`` ids went to the dialog archive; ``externalized`` maps ids
+        to the key of the ``externalized/`` entry that holds their original.
+        """
+        before = {m.id: m for m in self.messages}
+        for old in self.messages:
+            self._remove_live(old)
+        self.messages = list(messages)
+        for new in self.messages:
+            self._add_live(new)
+            if new.id not in before:
+                self._added.append(new.id)
+            elif before[new.id] is not new:
+                self._changed.append(new.id)
+        now = {m.id for m in self.messages}
+        self._removed.extend(mid for mid in before if mid not in now)
+        self.archived_ids.extend(mid for mid in archived if mid not in self.externalized)
+        for mid, key in externalized.items():
+            # The first key holds the true original; a later eviction of the
+            # placeholder only stores the placeholder again.
+            self.externalized.setdefault(mid, key)
 
     def _index_of(self, msg_id: str) -> int | None:
         """Position of a live message, searched from the tail, where the hook's
@@ -426,7 +453,7 @@ class ContextManager:
         }
         return ToolResultBlock(id=block.id, name=block.name, output=output, is_error=block.is_error), entry
 
-    def _stage_two(self, record: StepRecord) -> None:
+    def stage_two(self, record: StepRecord) -> None:
         """Re-cut results that slid out of the newest ``recent_n`` (contextlab)."""
         cut_entries: list[dict[str, Any]] = []
         for key in self._slid_out:
@@ -479,6 +506,8 @@ class ContextManager:
         try:
             if self.profile.policy == "copaw":
                 policy_copaw.copaw_turn(self, trace)
+            elif self.profile.policy == "eviction":
+                policy_eviction.eviction_turn(self, trace)
             else:
                 self._contextlab_turn(trace, manual=False, instruction=None)
         except Exception as exc:  # the trace must record what broke, then re-raise
@@ -559,7 +588,7 @@ class ContextManager:
                 "gate_disables_compaction",
                 f"left {left:,} ≤ reserve {p.reserve:,}: CoPaw would stop compacting here; we still compact"))
         with trace.step("tool_result_compaction", self.observer) as rec:
-            self._stage_two(rec)
+            self.stage_two(rec)
             flaw_notes.note_truncation_flaws(self, trace, rec)
         with trace.step("context_check", self.observer) as rec:
             total = self._live_tokens
@@ -629,7 +658,7 @@ class ContextManager:
         """Steps 03a/03b + LLM call + validity. Returns (summary or None, result, used_fallback)."""
         p = self.profile
         language = resolve_language(p.summary_language, to_compact)
-        originals = [self._original(m) for m in to_compact]
+        originals = [self.original(m) for m in to_compact]
         request = SummaryRequest(messages=originals, previous_summary=self.summary, language=language,
                                  extra_instruction=instruction, cap_tokens=int(p.max_input_length * 0.6))
         result: SummaryResult | None = None
@@ -701,7 +730,7 @@ class ContextManager:
                                            encoding="utf-8")
         return name
 
-    def _original(self, msg: Message) -> Message:
+    def original(self, msg: Message) -> Message:
         """The message as it was ingested: offloaded tool output read back in full."""
         offload = msg.metadata.get("offload")
         if not offload:
@@ -735,7 +764,7 @@ class ContextManager:
     ) -> None:
         version = self.summary_version + 1
         with trace.step("mark_compressed", self.observer) as rec:
-            records = [((self._original(m) if archive_originals else m),
+            records = [((self.original(m) if archive_originals else m),
                         {"archived_turn": trace.turn, "summary_version": version}) for m in to_compact]
             # Archive first: a crash after this line leaves a duplicate, never a loss.
             kwargs: dict[str, Any] = {"date_for": date_for} if date_for else {}
@@ -884,6 +913,7 @@ class ContextManager:
             "summaries": [s.to_dict() for s in self.summaries],
             "messages": [m.to_dict() for m in self.messages],
             "archived_ids": list(self.archived_ids),
+            "externalized": dict(self.externalized),
             "fate": self.fate,
             "ledger": self.ledger,
             "ids": sorted(self._ids),
@@ -912,6 +942,7 @@ class ContextManager:
         manager.summary = state.get("summary")
         manager.summaries = [SummaryVersion(**s) for s in state.get("summaries", [])]
         manager.archived_ids = list(state.get("archived_ids", []))
+        manager.externalized = dict(state.get("externalized", {}))
         manager.fate = dict(state.get("fate", {}))
         manager.ledger = dict(state.get("ledger", {}))
         manager._ids = set(state.get("ids", []))

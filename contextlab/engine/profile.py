@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from contextlab.engine.errors import InvalidProfile
 
-Policy = Literal["contextlab", "copaw"]
-POLICIES: tuple[str, ...] = ("contextlab", "copaw")
+Policy = Literal["contextlab", "copaw", "eviction"]
+POLICIES: tuple[str, ...] = ("contextlab", "copaw", "eviction")
+EVICTION_STRATEGIES: tuple[str, ...] = ("lowest_score_first", "sliding_window", "hierarchical_quota")
 LANGUAGES: tuple[str, ...] = ("en", "zh", "auto")
 COMPACTORS: tuple[str, ...] = ("extractive", "openai")
 TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base")
@@ -49,6 +50,10 @@ BOUNDS: dict[str, Bound] = {
     "compaction_timeout": Bound(1.0, 600.0, "seconds before a summary call is abandoned"),
     "compaction_retries": Bound(0, 5, "extra attempts after a failed summary call"),
     "max_message_bytes": Bound(1_000, 64 * 1024 * 1024, "largest message accepted, in UTF-8 bytes"),
+    "eviction_target_ratio": Bound(0.05, 0.9, "eviction frees the context down to this share of the window"),
+    "eviction_weight_relevance": Bound(0.0, 1.0, "weight of relevance to the current request in a unit's score"),
+    "eviction_weight_recency": Bound(0.0, 1.0, "weight of recency in a unit's score"),
+    "eviction_weight_density": Bound(0.0, 1.0, "weight of information density in a unit's score"),
 }
 
 
@@ -85,6 +90,15 @@ class Profile:
     read_file_tool_names: tuple[str, ...] = ("read_file", "Read", "view", "open_file")
     timezone: str = "UTC"
     max_message_bytes: int = 16 * 1024 * 1024
+    # The `eviction` policy (seed 003): instead of summarising the whole head
+    # of the history, score information units and evict the weakest. It starts
+    # above the compaction threshold (soft limit), must end under the window
+    # (hard limit) and frees down to this target.
+    eviction_strategy: str = "lowest_score_first"
+    eviction_target_ratio: float = 0.55
+    eviction_weight_relevance: float = 0.45
+    eviction_weight_recency: float = 0.35
+    eviction_weight_density: float = 0.20
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +124,11 @@ class Profile:
             raise InvalidProfile(
                 f"unknown summary language {self.summary_language!r}; use en, zh or auto",
                 field="summary_language",
+            )
+        if self.eviction_strategy not in EVICTION_STRATEGIES:
+            raise InvalidProfile(
+                f"unknown eviction strategy {self.eviction_strategy!r}; use one of {', '.join(EVICTION_STRATEGIES)}",
+                field="eviction_strategy",
             )
         if self.compactor not in COMPACTORS:
             raise InvalidProfile(
@@ -148,6 +167,14 @@ class Profile:
                 "markdown_old_max_bytes must not exceed markdown_recent_max_bytes",
                 field="markdown_old_max_bytes",
             )
+        if self.policy == "eviction" and self.eviction_target_ratio >= self.compact_ratio:
+            raise InvalidProfile(
+                f"the eviction target ({self.eviction_target_ratio:g} of the window) must be below the "
+                f"compaction threshold ratio ({self.compact_ratio:g}): eviction starts there and frees down to it",
+                field="eviction_target_ratio",
+            )
+        if self.eviction_weight_relevance + self.eviction_weight_recency + self.eviction_weight_density <= 0:
+            raise InvalidProfile("at least one eviction weight must be above 0", field="eviction_weight_relevance")
         if self.compactor == "openai" and not (self.compaction_base_url or self.compaction_model):
             raise InvalidProfile(
                 "the openai compactor needs compaction_model (and usually compaction_base_url)",

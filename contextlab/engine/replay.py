@@ -35,6 +35,7 @@ class ReplayReport:
     messages: int
     turns: int = 0
     compactions: int = 0
+    evictions: int = 0
     failures: int = 0
     archived: int = 0
     live: int = 0
@@ -43,8 +44,9 @@ class ReplayReport:
     warnings: list[str] = field(default_factory=list)
 
     def summary_line(self) -> str:
+        fired = f"{self.compactions} compaction(s)" + (f", {self.evictions} eviction(s)" if self.evictions else "")
         return (f"{self.transcript}: {self.format}, {self.messages} messages, {self.turns} turns, "
-                f"{self.compactions} compaction(s), {self.failures} failure(s), {self.archived} archived, "
+                f"{fired}, {self.failures} failure(s), {self.archived} archived, "
                 f"{self.live} live, final payload {self.final_tokens:,} tokens ({self.seconds:.1f} s)")
 
 
@@ -125,6 +127,8 @@ def replay_transcript(
             report.turns += 1
             if trace.outcome in ("compacted", "fallback_summary"):
                 report.compactions += 1
+            if trace.outcome == "evicted":
+                report.evictions += 1
             if trace.outcome in ("compaction_failed", "fallback_summary"):
                 report.failures += 1
             bar.update(done, report.compactions)
@@ -152,6 +156,7 @@ def write_final_context(out: Path, manager: ContextManager, final: TurnResult, *
         "system_prompt": manager.system_prompt,
         "live_message_ids": manager.live_ids(),
         "archived_message_ids": list(manager.archived_ids),
+        "externalized": dict(manager.externalized),
         "pinned_message_ids": final.trace.payload.get("pinned_message_ids", []),
         "live_messages": [m.to_dict() for m in manager.messages],
         "tokens": final.trace.payload.get("tokens", {}),

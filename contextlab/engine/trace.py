@@ -7,6 +7,9 @@ One ``TurnTrace`` per turn, whether or not anything fired, with one
     trigger -> gate -> tool_result_compaction -> context_check -> (branch)
             -> summary -> validity -> mark_compressed -> result
 
+(the ``eviction`` policy runs one ``eviction`` step after the tool results,
+with the plan: every unit's score, action and reason.)
+
 Schema ``contextlab.trace/1`` (every value JSON-serialisable):
 
 ``TurnTrace``
@@ -45,6 +48,7 @@ STEPS: tuple[str, ...] = (
     "summary",
     "validity",
     "mark_compressed",
+    "eviction",  # the `eviction` policy's step in place of context_check..mark_compressed
     "result",
 )
 OUTCOMES: tuple[str, ...] = (
@@ -54,6 +58,7 @@ OUTCOMES: tuple[str, ...] = (
     "fallback_summary",  # LLM failed, window would overflow: extractive summary used
     "over_budget",  # system prompt + summary alone leave no room
     "nothing_to_compact",  # over the threshold but nothing may be compacted
+    "evicted",  # the `eviction` policy summarised, externalized or dropped units
 )
 
 # CoPaw's known ways of losing context (reference: copaw-reme-behaviour.md).

@@ -23,7 +23,15 @@ from django.urls import reverse
 from django.utils.timezone import now
 
 from contextlab.engine.errors import InvalidProfile
-from contextlab.engine.profile import BOUNDS, COMPACTORS, LANGUAGES, POLICIES, TOKENIZERS, Profile
+from contextlab.engine.profile import (
+    BOUNDS,
+    COMPACTORS,
+    EVICTION_STRATEGIES,
+    LANGUAGES,
+    POLICIES,
+    TOKENIZERS,
+    Profile,
+)
 
 _DEFAULT = Profile()
 # Every knob of the engine's Profile, in its order; "name" is the row's own
@@ -108,6 +116,21 @@ class AgentProfile(models.Model):
     max_message_bytes = models.PositiveIntegerField(
         default=_DEFAULT.max_message_bytes, validators=_bounded("max_message_bytes"),
         help_text=BOUNDS["max_message_bytes"].help)
+    eviction_strategy = models.CharField(max_length=32, choices=_choices(EVICTION_STRATEGIES),
+                                         default=_DEFAULT.eviction_strategy,
+                                         help_text="which units the eviction policy removes first")
+    eviction_target_ratio = models.FloatField(
+        default=_DEFAULT.eviction_target_ratio, validators=_bounded("eviction_target_ratio"),
+        help_text=BOUNDS["eviction_target_ratio"].help)
+    eviction_weight_relevance = models.FloatField(
+        default=_DEFAULT.eviction_weight_relevance, validators=_bounded("eviction_weight_relevance"),
+        help_text=BOUNDS["eviction_weight_relevance"].help)
+    eviction_weight_recency = models.FloatField(
+        default=_DEFAULT.eviction_weight_recency, validators=_bounded("eviction_weight_recency"),
+        help_text=BOUNDS["eviction_weight_recency"].help)
+    eviction_weight_density = models.FloatField(
+        default=_DEFAULT.eviction_weight_density, validators=_bounded("eviction_weight_density"),
+        help_text=BOUNDS["eviction_weight_density"].help)
     created = models.DateTimeField(default=now)
     updated = models.DateTimeField(auto_now=True)
 

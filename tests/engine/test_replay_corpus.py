@@ -16,34 +16,10 @@ import pytest
 
 from contextlab.cli import main
 from contextlab.engine.importers import load_transcript
+from contextlab.engine.verify import archive_records, resolve_offloads
 from tests.corpus import TRANSCRIPTS, corpus_path
 
 pytestmark = pytest.mark.corpus
-
-
-def resolve_offloads(message: dict[str, Any], out: Path) -> dict[str, Any]:
-    """A live message with each truncated tool output replaced by its full original."""
-    offload = message.get("metadata", {}).get("offload") or {}
-    content = [dict(block) for block in message["content"]]
-    for index, entry in offload.items():
-        block = content[int(index)]
-        full = (out / entry["file"]).read_bytes().decode("utf-8")
-        if isinstance(block["output"], str):
-            block["output"] = full
-        else:
-            media = [p for p in block["output"] if p["type"] != "text"]
-            block["output"] = [{"type": "text", "text": full}, *media]
-    return {**message, "content": content}
-
-
-def archive_records(out: Path) -> dict[str, dict[str, Any]]:
-    records: dict[str, dict[str, Any]] = {}
-    for path in sorted((out / "dialog").glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            assert record["id"] not in records, f"{record['id']} archived twice"
-            records[record["id"]] = record
-    return records
 
 
 def replay(relative: str, out: Path, *extra: str) -> dict[str, Any]:
