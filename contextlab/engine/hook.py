@@ -413,7 +413,10 @@ class ContextManager:
             file_rel, sha = previous["file"], previous["sha256"]
             layout = previous.get("layout")
         real_path, start_line = read_file_origin(call, self.profile)
-        notice_path = real_path or str(self.offload.workspace / file_rel)
+        # Workspace-relative, like CoPaw's dialog/ pointer: an agent reads it
+        # from its own workspace, and a server path would mean nothing to a
+        # remote agent (and would change token counts between installs).
+        notice_path = real_path or file_rel
         single_line = False
         if reference:
             text = reference_only(file_path=notice_path, total_lines=count_lines(original),
@@ -903,22 +906,38 @@ class ContextManager:
         return [m.id for m in self.messages]
 
     # ------------------------------------------------------------ persistence
-    def export_state(self) -> dict[str, Any]:
-        """The whole in-memory state as JSON-ready data (the workspace holds the rest)."""
+    def export_state(self, *, history: bool = True) -> dict[str, Any]:
+        """The in-memory state as JSON-ready data (the workspace holds the rest).
+
+        With ``history=False`` the fate and ledger of messages no longer live,
+        and the arguments of their tool calls, are left out: a caller that keeps
+        those elsewhere (the web app stores them per message) then pays for the
+        live context only, not for everything the session ever saw.
+        """
+        live = {m.id for m in self.messages}
+        live_calls = {u.id for m in self.messages for u in m.tool_uses} | set(self._pending_calls)
+        fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live}
+        ledger = self.ledger if history else {k: v for k, v in self.ledger.items()
+                                              if k.rpartition("#")[0] in live}
+        calls = {k: {"id": v.id, "name": v.name, "input": v.input if history or k in live_calls else {},
+                     "raw_input": v.raw_input if history or k in live_calls else None}
+                 for k, v in self._calls.items()}
         return {
             "state_version": 1,
             "system_prompt": self.system_prompt,
             "turn": self.turn,
             "summary": self.summary,
             "summaries": [s.to_dict() for s in self.summaries],
-            "messages": [m.to_dict() for m in self.messages],
+            # Token counts travel with the messages, so restoring a session
+            # does not re-encode its whole live context.
+            "messages": [{**m.to_dict(), "token_memo": dict(m._token_memo)} for m in self.messages],
             "archived_ids": list(self.archived_ids),
             "externalized": dict(self.externalized),
-            "fate": self.fate,
-            "ledger": self.ledger,
+            "fate": fate,
+            "ledger": ledger,
             "ids": sorted(self._ids),
-            "calls": {k: {"id": v.id, "name": v.name, "input": v.input, "raw_input": v.raw_input}
-                      for k, v in self._calls.items()},
+            "calls": calls,
+            "archive_files": sorted(self._archive_files),
             "answered": sorted(self._answered),
             "pending_calls": self._pending_calls,
             "recent": list(self._recent),
@@ -953,8 +972,10 @@ class ContextManager:
         manager._recent = deque(state.get("recent", []))
         manager._slid_out = list(state.get("slid_out", []))
         manager.pinned_ids = list(state.get("pinned_ids", []))
+        manager._archive_files = set(state.get("archive_files", []))
         for data in state.get("messages", []):
             msg = Message.from_dict(data)
+            msg._token_memo.update(data.get("token_memo") or {})
             manager.messages.append(msg)
             manager._add_live(msg)
         return manager

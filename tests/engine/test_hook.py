@@ -230,8 +230,19 @@ def test_it_round_trips_its_state(tmp_path) -> None:
     again = ContextManager.from_state(SMALL, m.workspace, state)
     assert again.live_ids() == m.live_ids() and again.summary == m.summary
     assert again._live_tokens == m._live_tokens
+    # Counts come back from the state instead of being re-encoded: a marked
+    # count survives the restore.
+    key = m.counter.key
+    marked = json.loads(json.dumps(state))
+    marked["messages"][0]["token_memo"][key] = 12_345
+    restored = ContextManager.from_state(SMALL, m.workspace, marked)
+    assert restored.tokens_of(restored.messages[0]) == 12_345
     again.append([user("next")])
     assert again.prepare().trace.turn == m.turn + 1
+    lean = m.export_state(history=False)
+    assert set(lean["fate"]) == set(m.live_ids()) and len(lean["fate"]) < len(state["fate"])
+    slim = ContextManager.from_state(SMALL, m.workspace, json.loads(json.dumps(lean)))
+    assert slim.live_ids() == m.live_ids() and slim._live_tokens == m._live_tokens
 
 
 def test_it_runs_the_copaw_policy_and_names_its_losses(tmp_path) -> None:

@@ -6,6 +6,7 @@ Anthropic or AgentScope messages without saying which, and the shape tells.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from contextlab.engine.convert.agentscope import from_agentscope, to_agentscope
@@ -105,11 +106,17 @@ def detect_message_format(messages: list[dict[str, Any]]) -> MessageFormat:
     return "openai"
 
 
-def messages_from_any(messages: list[dict[str, Any]]) -> list[Message]:
-    """Detect the format of ``messages`` and convert them."""
+def messages_from_any(
+    messages: list[dict[str, Any]], *, known_calls: Mapping[str, str] | None = None
+) -> list[Message]:
+    """Detect the format of ``messages`` and convert them.
+
+    ``known_calls`` (call id -> tool name) are calls made in earlier batches,
+    so that results arriving in a later request are not taken for orphans.
+    """
     fmt = detect_message_format(messages)
     if fmt == "anthropic":
-        return from_anthropic(messages)
+        return from_anthropic(messages, known_calls=known_calls)
     if fmt == "agentscope":
-        return from_agentscope(messages)
-    return from_openai(messages)
+        return from_agentscope(messages, known_calls=known_calls)
+    return from_openai(messages, known_calls=known_calls)
