@@ -56,6 +56,7 @@ from contextlab.engine.tool_results import (
 from contextlab.engine.trace import Observer, StepRecord, TurnTrace, flaw
 from contextlab.engine.truncation import OffloadStore, count_lines, cut_text, reference_only
 from contextlab.engine.validity import check_summary
+from contextlab.engine.working_memory import LiveFileTracker
 
 
 @dataclass
@@ -170,6 +171,11 @@ class ContextManager:
         self._changed: list[str] = []
         self._removed: list[str] = []
         self._archive_files: set[str] = set()
+        # Reads whose file was written later in the session: the model is
+        # looking at an old version (message id -> what made it stale).
+        self.files = LiveFileTracker()
+        self.stale: dict[str, dict[str, Any]] = {}
+        self._gone: set[str] = set()  # ids that left the live context
         self._text_tokens: dict[tuple[str, str, str], int] = {}
         self._summary_cache: tuple[str | None, int, Message | None] = (None, 0, None)
 
@@ -250,6 +256,7 @@ class ContextManager:
                 self._changed.append(new.id)
         now = {m.id for m in self.messages}
         self._removed.extend(mid for mid in before if mid not in now)
+        self._gone.update(mid for mid in before if mid not in now)
         self.archived_ids.extend(mid for mid in archived if mid not in self.externalized)
         for mid, key in externalized.items():
             # The first key holds the true original; a later eviction of the
@@ -335,8 +342,11 @@ class ContextManager:
                 self._calls[use.id] = use
                 self._pending_calls[use.id] = msg.id
             for res in msg.tool_results:
-                self._pending_calls.pop(res.id, None)
+                call_message_id = self._pending_calls.pop(res.id, None)
                 self._answered.add(res.id)
+                call = self._calls.get(res.id)
+                if call is not None and call_message_id is not None:
+                    self._note_stale_reads(call, call_message_id, res, msg.id)
             self._ids.add(msg.id)
             self._added.append(msg.id)
             self.fate[msg.id] = [{"event": "ingested", "before_turn": self.turn + 1}]
@@ -346,6 +356,15 @@ class ContextManager:
             self._add_live(msg)
             stored.append(msg)
         return stored
+
+    def _note_stale_reads(self, call: ToolUseBlock, call_message_id: str, result: ToolResultBlock,
+                          result_message_id: str) -> None:
+        for stale in self.files.observe(call, call_message_id, result, result_message_id):
+            info = {"path": stale.path, "written_by": stale.written_by_message_id, "write_tool": stale.write_tool,
+                    "before_turn": self.turn + 1}
+            self.stale[stale.read_message_id] = info
+            if stale.read_message_id in self.fate:
+                self.fate[stale.read_message_id].append({"event": "stale", **info})
 
     # ------------------------------------------------ tool-result truncation
     def _limits_for(self, call: ToolUseBlock | None, *, recent: bool) -> int:
@@ -782,6 +801,7 @@ class ContextManager:
                 compactor=result.compactor if result else "none", created_at=utc_now_iso(),
                 compacted_ids=[m.id for m in to_compact], fallback=fallback))
             self._removed.extend(m.id for m in to_compact)
+            self._gone.update(m.id for m in to_compact)
             self._archive_files.update(loc.file for loc in locations)
             for msg, loc in zip(to_compact, locations, strict=True):
                 self.archived_ids.append(msg.id)
@@ -864,6 +884,13 @@ class ContextManager:
             rec.outcome = (f"{total:,} tokens sent: system prompt + "
                            f"{'summary v' + str(self.summary_version) + ' + ' if summary_msg else ''}"
                            f"{len(self.messages)} message(s)")
+            # Costs the stale reads, not the session: liveness comes from the set
+            # of ids that left the context.
+            stale_live = [{"message_id": mid, **info} for mid, info in self.stale.items() if mid not in self._gone]
+            if stale_live:
+                rec.details["stale_reads"] = stale_live
+                rec.reasons.append(f"{len(stale_live)} live read result(s) show an old version of a file "
+                                   "written later in the session")
             trace.payload = {
                 "message_count": len(self.messages),
                 "first_message_id": self.messages[0].id if self.messages else None,
@@ -943,6 +970,9 @@ class ContextManager:
             "recent": list(self._recent),
             "slid_out": list(self._slid_out),
             "pinned_ids": list(self.pinned_ids),
+            "files": self.files.to_dict(),
+            "stale": {k: v for k, v in self.stale.items() if history or k in live},
+            "gone": sorted(self._gone) if history else [],
         }
 
     @classmethod
@@ -973,6 +1003,10 @@ class ContextManager:
         manager._slid_out = list(state.get("slid_out", []))
         manager.pinned_ids = list(state.get("pinned_ids", []))
         manager._archive_files = set(state.get("archive_files", []))
+        manager.files = LiveFileTracker.from_dict(state.get("files") or {})
+        manager.stale = dict(state.get("stale") or {})
+        # A lean state has no "gone" list, but then it keeps only live stale reads.
+        manager._gone = set(state.get("gone") or [])
         for data in state.get("messages", []):
             msg = Message.from_dict(data)
             msg._token_memo.update(data.get("token_memo") or {})

@@ -22,7 +22,7 @@ import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -643,6 +643,55 @@ class FileTracker:
             if later is not None:
                 stale.append(StaleRead(read.result_message_id, read.path, later.message_id, read.tool, later.tool))
         return stale
+
+
+@dataclass
+class LiveFileTracker:
+    """The file tracker fed one tool result at a time, as a session runs.
+
+    ``observe`` returns the reads that the call just made stale: a read whose
+    file a later successful call wrote. Each read is reported once. The state
+    is plain data so a session can store and restore it.
+    """
+
+    cwd: str | None = None
+    open_file: str | None = None
+    # path -> [(message id of the read result, tool name)]
+    reads: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+    def observe(self, use: ToolUseBlock, call_message_id: str, result: ToolResultBlock,
+                result_message_id: str) -> list[StaleRead]:
+        outcome = call_outcome(use, result)
+        events, self.cwd, opened = call_file_events(use, self.cwd, self.open_file)
+        if opened is not None:
+            self.open_file = opened
+        stale: list[StaleRead] = []
+        if outcome.ok:
+            for kind, path in events:
+                if kind == "read":
+                    self.reads.setdefault(path, []).append((result_message_id, use.name))
+                    continue
+                for read_path in [p for p in self.reads if same_file(p, path)]:
+                    for read_id, read_tool in self.reads.pop(read_path):
+                        if read_id != result_message_id:
+                            stale.append(StaleRead(read_id, read_path, call_message_id, read_tool, use.name))
+        text = result.output_text()[-600:]
+        opened_match = _OPEN_FILE.findall(text)
+        if opened_match and opened_match[-1].strip() != "n/a":
+            self.open_file = _resolve(opened_match[-1], self.cwd)
+        dir_match = _CURRENT_DIR.findall(text)
+        if dir_match:
+            self.cwd = dir_match[-1].strip()
+        return stale
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cwd": self.cwd, "open_file": self.open_file,
+                "reads": {k: [list(item) for item in v] for k, v in self.reads.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LiveFileTracker:
+        return cls(cwd=data.get("cwd"), open_file=data.get("open_file"),
+                   reads={k: [(str(a), str(b)) for a, b in v] for k, v in (data.get("reads") or {}).items()})
 
 
 def call_file_events(

@@ -255,3 +255,17 @@ def test_it_runs_the_copaw_policy_and_names_its_losses(tmp_path) -> None:
     losses = {f["name"] for t in m.traces for f in t.copaw_losses}
     assert "silent_single_line_cut" in losses or "raw_byte_cut" in losses
     assert any(t.outcome == "compacted" for t in m.traces)
+
+
+def test_it_flags_a_read_whose_file_is_written_later(tmp_path) -> None:
+    m = manager(tmp_path, Profile())
+    read = tool_round("read_file", {"file_path": "src/app.py"}, ["def main():\n    return 1\n"])
+    write = tool_round("write_file", {"file_path": "src/app.py", "content": "def main():\n    return 2\n"}, ["ok"])
+    m.append([user("fix src/app.py"), *read])
+    assert not m.stale
+    m.append(write)
+    turn = m.prepare()
+    assert m.stale[read[1].id]["written_by"] == write[0].id
+    assert m.fate[read[1].id][-1]["event"] == "stale"
+    stale = turn.trace.get("result")
+    assert stale is not None and stale.details["stale_reads"][0]["path"] == "src/app.py"

@@ -110,3 +110,12 @@ def test_it_shows_where_copaw_loses_context_on_the_corpus(tmp_path: Path) -> Non
                 target.update(f["name"] for f in trace["copaw_losses"] + trace["flaws_avoided"])
     assert "raw_byte_cut" in losses
     assert {"raw_byte_cut", "archive_truncated_text"} <= avoided
+
+
+def test_it_flags_stale_reads_in_a_corpus_session(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    replay("swe-agent/replay__marshmallow-1867__function_calling_replace_from_source.traj", out)
+    fate = json.loads((out / "fate.json").read_text(encoding="utf-8"))
+    stale = {mid: e for mid, events in fate.items() for e in events if e["event"] == "stale"}
+    assert stale["swe_agent-19"]["written_by"] == "swe_agent-20"
+    assert stale["swe_agent-19"]["path"].endswith("src/marshmallow/fields.py")
