@@ -29,6 +29,7 @@ from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryRequest, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
 from contextlab.engine.errors import CompactorFailed, MalformedInput
+from contextlab.engine.memory import record_session_notes
 from contextlab.engine.messages import (
     Block,
     MediaBlock,
@@ -38,6 +39,7 @@ from contextlab.engine.messages import (
     ToolResultBlock,
     ToolUseBlock,
     check_sequence,
+    parse_timestamp,
     utc_now_iso,
 )
 from contextlab.engine.policy_copaw import local_date
@@ -121,12 +123,18 @@ class ContextManager:
         compactor: Compactor | None = None,
         observer: Observer | None = None,
         clock: Callable[[], dt.datetime] | None = None,
+        memory_workspace: str | Path | None | bool = True,
     ) -> None:
         self.profile = profile
         self.workspace = Path(workspace)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.system_prompt = system_prompt
         self.observer = observer
+        # Where MEMORY.md and memory/YYYY-MM-DD.md live: the session workspace by
+        # default, an agent-wide folder when the caller has one, off with False.
+        self.memory_workspace: Path | None = (
+            self.workspace if memory_workspace is True else
+            None if memory_workspace in (False, None) else Path(str(memory_workspace)))
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.exact_counter: TokenCounter = TiktokenCounter(profile.tokenizer)
         self.estimator: TokenCounter = CopawEstimator(profile.estimate_divisor)
@@ -815,6 +823,21 @@ class ContextManager:
             rec.details = {"files": files, "locations": {m.id: loc.to_dict()
                                                           for m, loc in zip(to_compact, locations, strict=True)}}
             rec.outcome = f"archived {len(to_compact)} message(s) to {', '.join(files)}; summary v{version}"
+            memory = self._record_memory_notes(records)
+            if memory:
+                rec.details["memory"] = memory
+
+    def _record_memory_notes(self, records: list[tuple[Message, dict[str, Any]]]) -> dict[str, Any] | None:
+        """The compaction-time memory flush (seed 000): preferences and try-error
+        lessons of the compacted messages go to the day's note, without duplicates."""
+        if self.memory_workspace is None or not records:
+            return None
+        newest = parse_timestamp(records[-1][0].timestamp)
+        update = record_session_notes(self.memory_workspace, [m for m, _ in records], day=newest.date(), now=newest)
+        if not update.added and not update.skipped:
+            return None
+        relative = update.path.relative_to(self.memory_workspace).as_posix()
+        return {"file": relative, "added": update.added, "already_present": len(update.skipped)}
 
     def _window_guard(self, trace: TurnTrace) -> None:
         """Last resort: if the payload would still overflow the window, re-cut tool
@@ -1054,3 +1077,4 @@ def replay_turns(
     if on_turn is not None:
         on_turn(last, len(messages))
     return last
+

@@ -85,6 +85,15 @@ def utc_now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def parse_timestamp(timestamp: str) -> dt.datetime:
+    """An aware datetime from our ISO 8601 timestamps (naive ones are UTC)."""
+    try:
+        moment = dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return dt.datetime.now(dt.UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
 def new_message_id() -> str:
     return uuid.uuid4().hex
 

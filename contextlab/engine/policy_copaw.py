@@ -8,13 +8,19 @@ CoPaw agent saw; each way CoPaw loses context is named in the turn's
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from contextlab.engine import copaw
 from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
 from contextlab.engine.errors import CompactorFailed
-from contextlab.engine.messages import MediaBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from contextlab.engine.messages import (
+    MediaBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    parse_timestamp,
+)
 from contextlab.engine.prompts import resolve_language
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
 from contextlab.engine.truncation import MARKER
@@ -211,17 +217,9 @@ def agentscope_output(content: Any, tool_id: str) -> str | None:
     return None
 
 
-def _parse_ts(msg: Message) -> dt.datetime:
-    try:
-        moment = dt.datetime.fromisoformat(msg.timestamp.replace("Z", "+00:00"))
-    except ValueError:
-        return dt.datetime.now(dt.UTC)
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
-
-
 def local_timestamp(msg: Message) -> str:
     """AgentScope stamps messages in process-local time, ``YYYY-MM-DD HH:MM:SS.mmm``."""
-    local = _parse_ts(msg).astimezone()
+    local = parse_timestamp(msg.timestamp).astimezone()
     return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
 
 

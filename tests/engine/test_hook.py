@@ -269,3 +269,20 @@ def test_it_flags_a_read_whose_file_is_written_later(tmp_path) -> None:
     assert m.fate[read[1].id][-1]["event"] == "stale"
     stale = turn.trace.get("result")
     assert stale is not None and stale.details["stale_reads"][0]["path"] == "src/app.py"
+
+
+def test_it_writes_preferences_and_lessons_to_the_daily_note_at_compaction(tmp_path) -> None:
+    m = manager(tmp_path, SMALL.replace(max_input_length=100_000))
+    failed = tool_round("bash", {"command": "npm install"}, ["npm ERR! code ERESOLVE\nExit code 1"])
+    worked = tool_round("bash", {"command": "pnpm install"}, ["Done in 3.2s"])
+    m.append([user("I prefer pnpm over npm. Please always run the linter before committing."),
+              *failed, *worked, assistant("installed"), user("now run the tests"), assistant("running")])
+    turn = m.compact()
+    step = turn.trace.get("mark_compressed")
+    assert step is not None and step.details["memory"]["file"].startswith("memory/")
+    note = (m.workspace / step.details["memory"]["file"]).read_text()
+    assert "pnpm" in note and "## Preferences" in note and "## Lessons" in note
+    m.append([user("and again, I prefer pnpm over npm"), assistant("noted")])
+    m.compact()
+    again = (m.workspace / step.details["memory"]["file"]).read_text()
+    assert again.count("I prefer pnpm over npm") == 1
