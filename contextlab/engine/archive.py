@@ -34,7 +34,19 @@ def utc_date_of(message: Message) -> str:
 
 
 class DialogArchive:
+    """The per-workspace dialog archive.
+
+    With a journal (``append(..., journal_turn=N)``) the archive can take part
+    in a caller's transaction: the file sizes before the first append of a turn
+    are written to ``dialog/.uncommitted.json``; ``commit()`` deletes it once the
+    caller has saved its own state, and ``recover(committed_turn)`` on the next
+    load truncates the files back if that turn's state was never saved (a crash
+    between the archive write and the caller's commit), so a message is never
+    archived twice and never lost.
+    """
+
     folder_name = "dialog"
+    journal_name = ".uncommitted.json"
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
@@ -57,6 +69,7 @@ class DialogArchive:
         *,
         date_for: Callable[[Message], str] = utc_date_of,
         serialise: Callable[[Message], dict[str, Any]] | None = None,
+        journal_turn: int | None = None,
     ) -> list[ArchiveLocation]:
         """Append messages (with extra fields per record); return where each landed."""
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -66,6 +79,8 @@ class DialogArchive:
             data.update(extra)
             line = json.dumps(data, ensure_ascii=False)
             by_file.setdefault(f"{date_for(message)}.jsonl", []).append((position, line))
+        if journal_turn is not None:
+            self._journal(journal_turn, list(by_file))
         locations: list[ArchiveLocation | None] = [None] * len(records)
         for file_name, lines in by_file.items():
             path = self.folder / file_name
@@ -78,6 +93,59 @@ class DialogArchive:
                 os.fsync(fh.fileno())
             self._line_counts[file_name] = start + len(lines)
         return [loc for loc in locations if loc is not None]
+
+    # -- the journal ---------------------------------------------------------------
+    @property
+    def journal_path(self) -> Path:
+        return self.folder / self.journal_name
+
+    def _journal(self, turn: int, file_names: list[str]) -> None:
+        journal = self._read_journal() or {"turn": turn, "files": {}}
+        journal["turn"] = turn
+        for name in file_names:
+            if name not in journal["files"]:
+                path = self.folder / name
+                journal["files"][name] = {"bytes": path.stat().st_size if path.exists() else 0,
+                                          "lines": self._lines_in(path)}
+        tmp = self.journal_path.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(journal, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.journal_path)
+
+    def _read_journal(self) -> dict[str, Any] | None:
+        if not self.journal_path.exists():
+            return None
+        data: dict[str, Any] = json.loads(self.journal_path.read_text(encoding="utf-8"))
+        return data
+
+    def commit(self) -> None:
+        """The caller saved the state that these appends belong to."""
+        self.journal_path.unlink(missing_ok=True)
+
+    def recover(self, *, committed_turn: int) -> list[str]:
+        """Undo the appends of a turn whose state was never saved; returns the files cut back.
+
+        A journal for a turn the caller did save (the crash came after its
+        commit, before ``commit()``) is simply cleared.
+        """
+        journal = self._read_journal()
+        if journal is None:
+            return []
+        restored: list[str] = []
+        if int(journal["turn"]) > committed_turn:
+            for name, before in journal["files"].items():
+                path = self.folder / name
+                if path.exists() and path.stat().st_size > before["bytes"]:
+                    with path.open("r+b") as fh:
+                        fh.truncate(before["bytes"])
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    restored.append(f"{self.folder_name}/{name}")
+                self._line_counts[name] = int(before["lines"])
+        self.commit()
+        return restored
 
     def read(self, location: ArchiveLocation) -> dict[str, Any]:
         path = self.workspace / location.file

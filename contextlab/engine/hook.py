@@ -124,14 +124,19 @@ class ContextManager:
         observer: Observer | None = None,
         clock: Callable[[], dt.datetime] | None = None,
         memory_workspace: str | Path | None | bool = True,
+        transactional: bool = False,
     ) -> None:
         self.profile = profile
         self.workspace = Path(workspace)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.system_prompt = system_prompt
         self.observer = observer
+        # A caller that saves the state in its own transaction (the web app)
+        # journals the archive and calls commit() after saving; see DialogArchive.
+        self.transactional = transactional
         # Where MEMORY.md and memory/YYYY-MM-DD.md live: the session workspace by
         # default, an agent-wide folder when the caller has one, off with False.
+        self.recovered_files: list[str] = []
         self.memory_workspace: Path | None = (
             self.workspace if memory_workspace is True else
             None if memory_workspace in (False, None) else Path(str(memory_workspace)))
@@ -270,6 +275,9 @@ class ContextManager:
             # The first key holds the true original; a later eviction of the
             # placeholder only stores the placeholder again.
             self.externalized.setdefault(mid, key)
+
+    def note_archive_files(self, files: Iterable[str]) -> None:
+        self._archive_files.update(files)
 
     def _index_of(self, msg_id: str) -> int | None:
         """Position of a live message, searched from the tail, where the hook's
@@ -798,6 +806,8 @@ class ContextManager:
                         {"archived_turn": trace.turn, "summary_version": version}) for m in to_compact]
             # Archive first: a crash after this line leaves a duplicate, never a loss.
             kwargs: dict[str, Any] = {"date_for": date_for} if date_for else {}
+            if self.transactional:
+                kwargs["journal_turn"] = trace.turn
             locations = self.archive.append(records, **kwargs)
             gone = {m.id for m in to_compact}
             for msg in to_compact:
@@ -956,6 +966,10 @@ class ContextManager:
         return [m.id for m in self.messages]
 
     # ------------------------------------------------------------ persistence
+    def commit(self) -> None:
+        """The caller has saved the state of the last turn (transactional mode)."""
+        self.archive.commit()
+
     def export_state(self, *, history: bool = True) -> dict[str, Any]:
         """The in-memory state as JSON-ready data (the workspace holds the rest).
 
@@ -1007,9 +1021,12 @@ class ContextManager:
         *,
         compactor: Compactor | None = None,
         observer: Observer | None = None,
+        transactional: bool = False,
     ) -> ContextManager:
         manager = cls(profile, workspace, system_prompt=state.get("system_prompt", ""),
-                      compactor=compactor, observer=observer)
+                      compactor=compactor, observer=observer, transactional=transactional)
+        # A turn archived but never saved (a crash in between) is undone here.
+        manager.recovered_files = manager.archive.recover(committed_turn=int(state.get("turn", 0)))
         manager.turn = int(state.get("turn", 0))
         manager.summary = state.get("summary")
         manager.summaries = [SummaryVersion(**s) for s in state.get("summaries", [])]

@@ -62,8 +62,8 @@ def eviction_turn(manager: ContextManager, trace: TurnTrace) -> None:
         # back from tool_result/), so an eviction never loses what stage 1 cut.
         whole = {mid for a in evictions if a.mode in ("round", "message") for mid in a.message_ids}
         source = [manager.original(m) if m.id in whole else m for m in messages]
-        new_messages, records = apply_plan(source, plan, store=ExternalStore(manager.workspace),
-                                           archive=manager.archive)
+        new_messages, records = apply_plan(source, plan, store=ExternalStore(manager.workspace))
+        _archive_drops(manager, records, turn=trace.turn)
         archived = [mid for r in records if r["action"] == "drop" for mid in r["message_ids"]]
         externalized = {mid: r["key"] for r in records if r.get("key") for mid in r["message_ids"]}
         manager.replace_all(new_messages, archived=archived, externalized=externalized)
@@ -85,6 +85,21 @@ def eviction_turn(manager: ContextManager, trace: TurnTrace) -> None:
         rec.outcome = (f"{plan.tokens_before:,} → {manager.live_tokens:,} tokens: "
                        + ", ".join(f"{v} {k}" for k, v in counts.items() if k != "keep" and v))
         trace.outcome = "evicted"
+
+
+def _archive_drops(manager: ContextManager, records: list[dict[str, Any]], *, turn: int) -> None:
+    """Dropped originals go to the dialog archive (journaled like a compaction)."""
+    drops = [(record, Message.from_dict(original)) for record in records if record["action"] == "drop"
+             for original in record.get("originals") or []]
+    if not drops:
+        return
+    kwargs: dict[str, Any] = {"journal_turn": turn} if manager.transactional else {}
+    locations = manager.archive.append(
+        [(msg, {"evicted_turn": turn, "evicted": "drop", "reason": record["reason"]}) for record, msg in drops],
+        **kwargs)
+    for (record, _), location in zip(drops, locations, strict=True):
+        record.setdefault("archive", []).append(location.to_dict())
+    manager.note_archive_files(loc.file for loc in locations)
 
 
 def _record_view(record: dict[str, Any]) -> dict[str, Any]:

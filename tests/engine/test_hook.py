@@ -286,3 +286,40 @@ def test_it_writes_preferences_and_lessons_to_the_daily_note_at_compaction(tmp_p
     m.compact()
     again = (m.workspace / step.details["memory"]["file"]).read_text()
     assert again.count("I prefer pnpm over npm") == 1
+
+
+def test_it_undoes_an_archive_write_whose_turn_was_never_saved(tmp_path) -> None:
+    # A caller saves the state in its own transaction; a crash after the archive
+    # write but before that save must leave neither a duplicate nor a loss.
+    m = ContextManager(SMALL.replace(max_input_length=100_000), tmp_path / "ws", transactional=True)
+    for i in range(4):
+        m.append([user(f"q{i} about src/app/models.py"), assistant(f"a{i}")])
+    saved = json.loads(json.dumps(m.export_state()))  # the last saved state
+    m.compact()  # archives, then "crashes": no save, no commit
+    dialog = next((m.workspace / "dialog").glob("*.jsonl"))
+    assert dialog.read_text().count("\n") == len(m.archived_ids) > 0
+
+    restarted = ContextManager.from_state(SMALL.replace(max_input_length=100_000), m.workspace, saved,
+                                          transactional=True)
+    assert restarted.recovered_files == [f"dialog/{dialog.name}"]
+    assert dialog.read_text() == ""  # cut back to before the unsaved turn
+    turn = restarted.compact()
+    restarted.commit()
+    ids = [json.loads(line)["id"] for line in dialog.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == len(restarted.archived_ids)
+    assert turn.trace.outcome == "compacted"
+    assert set(ids) | set(restarted.live_ids()) == set(m.fate)
+
+
+def test_it_keeps_an_archive_write_whose_turn_was_saved(tmp_path) -> None:
+    m = ContextManager(SMALL.replace(max_input_length=100_000), tmp_path / "ws", transactional=True)
+    for i in range(4):
+        m.append([user(f"q{i}"), assistant(f"a{i}")])
+    m.compact()
+    saved = json.loads(json.dumps(m.export_state()))  # saved, then a crash before commit()
+    restarted = ContextManager.from_state(SMALL.replace(max_input_length=100_000), m.workspace, saved,
+                                          transactional=True)
+    assert restarted.recovered_files == []
+    dialog = next((m.workspace / "dialog").glob("*.jsonl"))
+    assert dialog.read_text().count("\n") == len(saved["archived_ids"])
+    assert not restarted.archive.journal_path.exists()
