@@ -199,7 +199,9 @@ def block_to_dict(block: Block | ResultPart) -> dict[str, Any]:
     if isinstance(block, ThinkingBlock):
         return {"type": "thinking", "thinking": block.thinking}
     if isinstance(block, ToolUseBlock):
-        out: dict[str, Any] = {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+        # A copy: the dict goes to callers (AgentScope code rewrites messages in
+        # place) and must not be the frozen block's own.
+        out: dict[str, Any] = {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
         if block.raw_input is not None:
             out["raw_input"] = block.raw_input
         return out

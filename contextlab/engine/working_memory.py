@@ -197,7 +197,9 @@ _CONSTRAINT = re.compile(
     r"|only use|no need to|stick to|keep using|without|i (?:want|need|like|prefer)|i'd (?:like|rather))\b)"
     r"|必须|不要|不能|禁止|务必|一定要|始终|总是|只能|只用|优先|尽量|避免|请|我喜欢|我希望|别"
 )
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+# Where one sentence ends and the next begins (Western and CJK punctuation, line
+# breaks); shared with the extractive compactor so both cut a message alike.
+SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 _NUMBERED = re.compile(r"^\s*(?:(\d{1,2})[.)]|step\s+(\d{1,2})\s*[:.)-]|第(\d{1,2})步[:：]?)\s*(.+)$", re.IGNORECASE)
 _PLAN_CUE = re.compile(r"(?i)\b(?:plan|steps?|i will|i'll|let me|we need to|next|approach|todo)\b|计划|步骤|接下来|首先")
 _TODO_TOOL = re.compile(r"(?i)^(?:write_?todos?|todo_?write|update_?todos?|todos?)$")
@@ -251,7 +253,7 @@ def text_of(message: Message) -> str:
 
 
 def sentences(text: str) -> list[str]:
-    return [one_line(s, 400) for s in _SENTENCE.split(text) if s and len(s.strip()) >= 3]
+    return [one_line(s, 400) for s in SENTENCE_BREAK.split(text) if s and len(s.strip()) >= 3]
 
 
 def _norm(text: str) -> str:

@@ -3,13 +3,34 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.corpus import REPO
 
 
-def test_it_imports_the_engine_without_django() -> None:
+@pytest.mark.parametrize(
+    "modules",
+    [
+        pytest.param(
+            ("contextlab.engine", "contextlab.engine.replay", "contextlab.engine.copaw", "contextlab.engine.importers"),
+            id="engine",
+        ),
+        pytest.param(
+            (
+                "contextlab.engine.eviction",
+                "contextlab.engine.compare",
+                "contextlab.engine.retrieval",
+                "contextlab.engine.working_memory",
+                "contextlab.engine.memory",
+            ),
+            id="eviction-retrieval-memory",
+        ),
+    ],
+)
+def test_it_imports_the_engine_without_django(modules: tuple[str, ...]) -> None:
+    # A fresh interpreter: this test process has Django loaded already.
     code = (
-        "import sys, contextlab.engine, contextlab.engine.replay, contextlab.engine.copaw, "
-        "contextlab.engine.importers;"
+        f"import sys, {', '.join(modules)};"
         "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'));"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -35,6 +35,7 @@ from contextlab.engine.prompts import (
     resolve_language,
 )
 from contextlab.engine.validity import split_sections
+from contextlab.engine.working_memory import SENTENCE_BREAK
 
 # Bullets kept per section, newest last. The goal keeps its first bullet (the
 # original ask) on top of these.
@@ -137,7 +138,6 @@ _INTENT = re.compile(
     r"|todo|to do|remaining|plan to|will now)\b)"
     r"|接下来|下一步|然后|我将|我会|我来|需要|还要|待办|计划|准备"
 )
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?")
 
 _URL = re.compile(r"https?://[^\s<>\"'`)\]}，。]+")
@@ -252,7 +252,7 @@ def _dedupe(items: Iterable[str], *, keep_first: bool = False) -> list[str]:
 
 def _sentences(text: str) -> list[str]:
     out: list[str] = []
-    for part in _SENTENCE_SPLIT.split(text):
+    for part in SENTENCE_BREAK.split(text):
         sentence = _one_line(_LIST_MARK.sub("", part or ""))
         if len(sentence) >= 3:
             out.append(sentence)

@@ -19,16 +19,17 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contextlab.engine.convert._blocks import block_type, parse_result_output, parse_tool_use, str_field
 from contextlab.engine.errors import InvalidMessages
 from contextlab.engine.messages import (
     Block,
     MediaBlock,
     Message,
-    ResultPart,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    block_to_dict,
     utc_now_iso,
 )
 
@@ -98,61 +99,16 @@ def _media(item: Mapping[str, Any], where: str) -> MediaBlock:
     return MediaBlock(kind=kind, url=url)
 
 
-def _result_output(output: Any, where: str) -> str | tuple[ResultPart, ...]:
-    if output is None:
-        return ""
-    if isinstance(output, str):
-        return output
-    if not isinstance(output, list):
-        raise InvalidMessages("tool_result output must be a string or a list of blocks", field=where)
-    parts: list[ResultPart] = []
-    for j, item in enumerate(output):
-        part_where = f"{where}[{j}]"
-        if not isinstance(item, dict):
-            raise InvalidMessages("a content block must be an object", field=part_where)
-        kind = item.get("type")
-        if kind == "text":
-            text = item.get("text")
-            if not isinstance(text, str):
-                raise InvalidMessages("text must be a string", field=f"{part_where}.text")
-            parts.append(TextBlock(text))
-        elif kind in _MEDIA:
-            parts.append(_media(item, part_where))
-        else:
-            raise InvalidMessages(
-                f"tool_result output may hold text and media blocks, not {kind!r}", field=f"{part_where}.type"
-            )
-    return tuple(parts)
-
-
 def _block(item: Any, where: str, call_names: dict[str, str]) -> Block:
-    if not isinstance(item, dict):
-        raise InvalidMessages("a content block must be an object", field=where)
-    kind = item.get("type")
+    kind = block_type(item, where)
     if kind == "text":
-        text = item.get("text")
-        if not isinstance(text, str):
-            raise InvalidMessages("text must be a string", field=f"{where}.text")
-        return TextBlock(text)
+        return TextBlock(str_field(item, "text", where))
     if kind == "thinking":
-        thinking = item.get("thinking")
-        if not isinstance(thinking, str):
-            raise InvalidMessages("thinking must be a string", field=f"{where}.thinking")
-        return ThinkingBlock(thinking)
+        return ThinkingBlock(str_field(item, "thinking", where))
     if kind == "tool_use":
-        call_id, name = item.get("id"), item.get("name")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidMessages("a tool_use block needs a non-empty string id", field=f"{where}.id")
-        if not isinstance(name, str):
-            raise InvalidMessages("a tool_use block needs a string name", field=f"{where}.name")
-        tool_input = item.get("input") or {}
-        if not isinstance(tool_input, dict):
-            raise InvalidMessages("tool_use input must be an object", field=f"{where}.input")
-        raw = item.get("raw_input")
-        if raw is not None and not isinstance(raw, str):
-            raise InvalidMessages("raw_input must be a string", field=f"{where}.raw_input")
-        call_names[call_id] = name
-        return ToolUseBlock(id=call_id, name=name, input=dict(tool_input), raw_input=raw)
+        use = parse_tool_use(item, where, tool_input=item.get("input") or {}, raw_input=item.get("raw_input"))
+        call_names[use.id] = use.name
+        return use
     if kind == "tool_result":
         call_id = item.get("id")
         if not isinstance(call_id, str) or not call_id:
@@ -161,7 +117,14 @@ def _block(item: Any, where: str, call_names: dict[str, str]) -> Block:
         return ToolResultBlock(
             id=call_id,
             name=name if isinstance(name, str) else call_names.get(call_id, ""),
-            output=_result_output(item.get("output"), f"{where}.output"),
+            output=parse_result_output(
+                item.get("output"),
+                f"{where}.output",
+                key="output",
+                media_kinds=_MEDIA,
+                parse_media=_media,
+                accepted="text and media blocks",
+            ),
         )
     if kind in _MEDIA:
         return _media(item, where)
@@ -287,23 +250,14 @@ def _render_media(block: MediaBlock) -> dict[str, Any]:
 
 
 def _render_block(block: Block) -> dict[str, Any]:
-    if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text}
-    if isinstance(block, ThinkingBlock):
-        return {"type": "thinking", "thinking": block.thinking}
-    if isinstance(block, ToolUseBlock):
-        out: dict[str, Any] = {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
-        if block.raw_input is not None:
-            out["raw_input"] = block.raw_input
-        return out
     if isinstance(block, ToolResultBlock):
-        output: Any = (
-            block.output
-            if isinstance(block.output, str)
-            else [{"type": "text", "text": p.text} if isinstance(p, TextBlock) else _render_media(p) for p in block.output]
-        )
+        output: Any = block.output if isinstance(block.output, str) else [_render_block(p) for p in block.output]
         return {"type": "tool_result", "id": block.id, "name": block.name, "output": output}
-    return _render_media(block)
+    if isinstance(block, MediaBlock):
+        return _render_media(block)
+    # Text, thinking and tool_use blocks are written in AgentScope exactly as in
+    # the engine's own JSON form.
+    return block_to_dict(block)
 
 
 def _hints(msg: Message) -> Mapping[str, Any]:

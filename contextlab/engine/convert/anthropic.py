@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from contextlab.engine.convert._blocks import block_type, parse_result_output, parse_tool_use, str_field
 from contextlab.engine.errors import InvalidMessages
 from contextlab.engine.messages import (
     Block,
     MediaBlock,
     Message,
-    ResultPart,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -80,69 +80,29 @@ def _media_from_source(kind: str, source: Any, where: str) -> tuple[MediaBlock, 
     return block, hint
 
 
-def _parse_result_output(content: Any, where: str) -> str | tuple[ResultPart, ...]:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidMessages("tool_result content must be a string or a list of blocks", field=where)
-    parts: list[ResultPart] = []
-    for j, item in enumerate(content):
-        part_where = f"{where}[{j}]"
-        if not isinstance(item, dict):
-            raise InvalidMessages("a content block must be an object", field=part_where)
-        kind = item.get("type")
-        if kind == "text":
-            text = item.get("text")
-            if not isinstance(text, str):
-                raise InvalidMessages("text must be a string", field=f"{part_where}.text")
-            parts.append(TextBlock(text))
-        elif kind in ("image", "document"):
-            parts.append(_media_from_source(str(kind), item.get("source"), part_where)[0])
-        else:
-            raise InvalidMessages(
-                f"tool_result content may hold text, image and document blocks, not {kind!r}",
-                field=f"{part_where}.type",
-            )
-    return tuple(parts)
+def _result_media(item: Mapping[str, Any], where: str) -> MediaBlock:
+    # A result part has no hint of its own, so how the source was given is not kept.
+    return _media_from_source(str(item["type"]), item.get("source"), where)[0]
 
 
 def _parse_block(
     item: Any, where: str, role: str, call_names: dict[str, str]
 ) -> tuple[Block, dict[str, Any]]:
-    if not isinstance(item, dict):
-        raise InvalidMessages("a content block must be an object", field=where)
-    kind = item.get("type")
+    kind = block_type(item, where)
     hint: dict[str, Any] = {"type": kind}
     block: Block
     if kind == "text":
-        text = item.get("text")
-        if not isinstance(text, str):
-            raise InvalidMessages("text must be a string", field=f"{where}.text")
-        block = TextBlock(text)
+        block = TextBlock(str_field(item, "text", where))
     elif kind == "thinking":
-        thinking = item.get("thinking")
-        if not isinstance(thinking, str):
-            raise InvalidMessages("thinking must be a string", field=f"{where}.thinking")
-        block = ThinkingBlock(thinking)
+        block = ThinkingBlock(str_field(item, "thinking", where))
     elif kind == "redacted_thinking":
         # Encrypted reasoning: nothing readable, but the API wants it back verbatim.
         block = ThinkingBlock("")
     elif kind == "tool_use":
         if role != "assistant":
             raise InvalidMessages("tool_use blocks belong in assistant messages", field=f"{where}.type")
-        call_id = item.get("id")
-        name = item.get("name")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidMessages("a tool_use block needs a non-empty string id", field=f"{where}.id")
-        if not isinstance(name, str):
-            raise InvalidMessages("a tool_use block needs a string name", field=f"{where}.name")
-        tool_input = item.get("input", {})
-        if not isinstance(tool_input, dict):
-            raise InvalidMessages("tool_use input must be an object", field=f"{where}.input")
-        block = ToolUseBlock(id=call_id, name=name, input=dict(tool_input))
-        call_names[call_id] = name
+        block = parse_tool_use(item, where, tool_input=item.get("input", {}))
+        call_names[block.id] = block.name
     elif kind == "tool_result":
         if role != "user":
             raise InvalidMessages("tool_result blocks belong in user messages", field=f"{where}.type")
@@ -155,7 +115,14 @@ def _parse_block(
         block = ToolResultBlock(
             id=call_id,
             name=call_names.get(call_id, ""),
-            output=_parse_result_output(item.get("content"), f"{where}.content"),
+            output=parse_result_output(
+                item.get("content"),
+                f"{where}.content",
+                key="content",
+                media_kinds=("image", "document"),
+                parse_media=_result_media,
+                accepted="text, image and document blocks",
+            ),
             is_error=is_error,
         )
         if "is_error" in item and not is_error:

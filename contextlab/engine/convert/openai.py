@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contextlab.engine.convert._blocks import str_field
 from contextlab.engine.errors import InvalidMessages
 from contextlab.engine.messages import (
     Block,
@@ -56,10 +57,11 @@ _DATA_URL = re.compile(r"data:([^;,]*);base64,(.*)", re.DOTALL)
 # -- reading --------------------------------------------------------------------------
 
 
-def _str_field(data: Mapping[str, Any], key: str, where: str) -> str:
+def _object_field(data: Mapping[str, Any], key: str, where: str, message: str) -> dict[str, Any]:
+    """``data[key]``, which must be an object; if it is not, ``message`` is the error, at ``where.key``."""
     value = data.get(key)
-    if not isinstance(value, str):
-        raise InvalidMessages(f"{key} must be a string", field=f"{where}.{key}")
+    if not isinstance(value, dict):
+        raise InvalidMessages(message, field=f"{where}.{key}")
     return value
 
 
@@ -78,10 +80,10 @@ def _parse_part(part: Any, where: str) -> tuple[TextBlock | MediaBlock, dict[str
     kind = part.get("type")
     hint: dict[str, Any] = {"type": kind}
     if kind == "text":
-        block: TextBlock | MediaBlock = TextBlock(_str_field(part, "text", where))
+        block: TextBlock | MediaBlock = TextBlock(str_field(part, "text", where))
         known = {"type", "text"}
     elif kind == "refusal":
-        block = TextBlock(_str_field(part, "refusal", where))
+        block = TextBlock(str_field(part, "refusal", where))
         known = {"type", "refusal"}
     elif kind == "image_url":
         inner = part.get("image_url")
@@ -90,7 +92,7 @@ def _parse_part(part: Any, where: str) -> tuple[TextBlock | MediaBlock, dict[str
             hint["inner"] = "string"
             url, media_type, data = _split_data_url(inner)
         elif isinstance(inner, dict):
-            url, media_type, data = _split_data_url(_str_field(inner, "url", f"{where}.image_url"))
+            url, media_type, data = _split_data_url(str_field(inner, "url", f"{where}.image_url"))
             inner_extra = {k: v for k, v in inner.items() if k != "url"}
             if inner_extra:
                 hint["inner_extra"] = inner_extra
@@ -99,10 +101,8 @@ def _parse_part(part: Any, where: str) -> tuple[TextBlock | MediaBlock, dict[str
         block = MediaBlock(kind="image", url=url, media_type=media_type, data=data)
         known = {"type", "image_url"}
     elif kind == "input_audio":
-        inner = part.get("input_audio")
-        if not isinstance(inner, dict):
-            raise InvalidMessages("input_audio must be an object", field=f"{where}.input_audio")
-        data_value = _str_field(inner, "data", f"{where}.input_audio")
+        inner = _object_field(part, "input_audio", where, "input_audio must be an object")
+        data_value = str_field(inner, "data", f"{where}.input_audio")
         fmt = inner.get("format")
         block = MediaBlock(
             kind="audio", data=data_value, media_type=f"audio/{fmt}" if isinstance(fmt, str) else None
@@ -114,9 +114,7 @@ def _parse_part(part: Any, where: str) -> tuple[TextBlock | MediaBlock, dict[str
             hint["inner_extra"] = inner_extra
         known = {"type", "input_audio"}
     elif kind == "file":
-        inner = part.get("file")
-        if not isinstance(inner, dict):
-            raise InvalidMessages("file must be an object", field=f"{where}.file")
+        inner = _object_field(part, "file", where, "file must be an object")
         file_id = inner.get("file_id")
         file_data = inner.get("file_data")
         media_type = data = None
@@ -175,10 +173,8 @@ def _parse_tool_call(call: Any, where: str) -> tuple[ToolUseBlock, dict[str, Any
     if "type" not in call:
         hint["no_type"] = True
     if call_type == "custom":
-        body = call.get("custom")
-        if not isinstance(body, dict):
-            raise InvalidMessages("a custom tool call needs a custom object", field=f"{where}.custom")
-        name = _str_field(body, "name", f"{where}.custom")
+        body = _object_field(call, "custom", where, "a custom tool call needs a custom object")
+        name = str_field(body, "name", f"{where}.custom")
         raw = body.get("input")
         block = ToolUseBlock(
             id=call_id, name=name, input={}, raw_input=raw if isinstance(raw, str) else None
@@ -187,10 +183,8 @@ def _parse_tool_call(call: Any, where: str) -> tuple[ToolUseBlock, dict[str, Any
         fn_extra = {k: v for k, v in body.items() if k not in ("name", "input")}
         body_key = "custom"
     else:
-        body = call.get("function")
-        if not isinstance(body, dict):
-            raise InvalidMessages("a tool call needs a function object", field=f"{where}.function")
-        name = _str_field(body, "name", f"{where}.function")
+        body = _object_field(call, "function", where, "a tool call needs a function object")
+        name = str_field(body, "name", f"{where}.function")
         arguments = body.get("arguments")
         if isinstance(arguments, str):
             block = ToolUseBlock(id=call_id, name=name, input=parse_arguments(arguments), raw_input=arguments)

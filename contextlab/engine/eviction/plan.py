@@ -57,7 +57,7 @@ system notes never are). A plan that still cannot meet the hard limit says so
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -409,9 +409,11 @@ def _by_score(c: _Candidate) -> tuple[float, int, int, str]:
 
 
 def _lowest_score_first(p: _Planner, target: int, *, prefer_summary: bool = False,
-                        candidates: list[_Candidate] | None = None) -> float | None:
+                        candidates: list[_Candidate] | None = None,
+                        after_each: Callable[[], None] | None = None) -> float | None:
     """Evict lowest scores first until the estimate meets ``target``, then give
-    back what still fits; returns the cut-off score."""
+    back what still fits; returns the cut-off score. ``after_each`` runs after
+    every eviction (the hierarchical strategy keeps its summary layer in quota)."""
     ordered = sorted(candidates if candidates is not None else p.candidates(), key=_by_score)
     start = len(p.log)
     cutoff: float | None = None
@@ -424,6 +426,8 @@ def _lowest_score_first(p: _Planner, target: int, *, prefer_summary: bool = Fals
         action = _worthwhile(p, c, p.default_action(c, prefer_summary=prefer_summary))
         if action is not None:
             p.act(c, action, "")
+            if after_each is not None:
+                after_each()
     p.fill_back(start, target)
     return cutoff
 
@@ -524,22 +528,13 @@ def _hierarchical(p: _Planner, target: int, quotas: LayerQuotas) -> float | None
     # 2. The working layer: summarize lowest scores first. The summaries join
     # the summary layer; whenever that goes over its quota, its oldest entries
     # are dropped (originals stay stored), which frees room for working units.
-    cutoff: float | None = None
-    start = len(p.log)
-    for c in sorted(p.candidates(layer="working"), key=_by_score):
-        if p.estimate <= target:
-            cutoff = c.score
-            break
-        if p.is_gone(c):
-            continue
-        chosen = _worthwhile(p, c, p.default_action(c, prefer_summary=True))
-        if chosen is None:
-            continue
-        p.act(c, chosen, "")
+    def keep_summary_quota() -> None:
         _fill_score_reasons(p, None, prefix="working layer over its share; ")
         _enforce_summary_quota(p, summary_quota)
+
     # Giving back a working unit removes its summary too, so the quota still holds.
-    p.fill_back(start, target)
+    cutoff = _lowest_score_first(p, target, prefer_summary=True, candidates=p.candidates(layer="working"),
+                                 after_each=keep_summary_quota)
     _fill_score_reasons(p, cutoff, prefix="working layer over its share; ")
     return cutoff
 

@@ -1,6 +1,7 @@
 """What every transcript importer shares: reading the file safely, the
-``Transcript`` result, and the repair pass that turns a recorded session into a
-sequence a provider would accept.
+``Transcript`` result and how it is finished (``finish_transcript``,
+``repaired_transcript``), and the repair pass that turns a recorded session into
+a sequence a provider would accept.
 
 Recorded sessions are messy in ways a live API never is: results stored after a
 later message, calls that never got a result (a hand-off, a final ``finish``, a
@@ -251,6 +252,55 @@ def numbered_ids(base: str, count: int) -> Iterator[str]:
     """Ids for the messages one source record yields: the record's id, then id#1, id#2, ..."""
     for n in range(count):
         yield base if n == 0 else f"{base}#{n}"
+
+
+# -- finishing --------------------------------------------------------------------------
+
+
+def lift_system_prompt(messages: list[Message], meta: dict[str, Any]) -> str | None:
+    """Take a leading text-only system message out of the list as the system prompt.
+
+    The engine counts the system prompt apart from the messages (it is never
+    compacted), so it must not also sit in the list.
+    """
+    if messages and messages[0].role == "system" and all(isinstance(b, TextBlock) for b in messages[0].content):
+        first = messages.pop(0)
+        meta["system_source_index"] = first.metadata.get("source_index")
+        return first.plain_text()
+    return None
+
+
+def finish_transcript(
+    fmt: str, messages: list[Message], warnings: list[str], source: Source, metadata: dict[str, Any]
+) -> Transcript:
+    """The transcript of a format whose system prompt, if any, is the first message.
+
+    The prompt is lifted out of ``messages`` (noted in ``metadata``) before the
+    rest is repaired, so the repair never sees it.
+    """
+    system_prompt = lift_system_prompt(messages, metadata)
+    return repaired_transcript(fmt, messages, warnings, source, metadata, system_prompt=system_prompt)
+
+
+def repaired_transcript(
+    fmt: str,
+    messages: list[Message],
+    warnings: list[str],
+    source: Source,
+    metadata: dict[str, Any],
+    *,
+    system_prompt: str | None,
+) -> Transcript:
+    """The transcript of the repaired ``messages``, for formats that give the system
+    prompt apart from them (or not at all); ``warnings`` gets what the repair did."""
+    return Transcript(
+        format=fmt,
+        messages=repair(messages, warnings),
+        system_prompt=system_prompt,
+        warnings=warnings,
+        source_path=source.path,
+        metadata=metadata,
+    )
 
 
 # -- repair -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from contextlab.engine.importers._common import (
     Transcript,
     make_message,
     numbered_ids,
-    repair,
+    repaired_transcript,
 )
 from contextlab.engine.messages import Block, Message, TextBlock, ToolResultBlock
 
@@ -152,14 +152,9 @@ def load(source: Source) -> Transcript:
             messages.append(item.build(response_id, timeline))
         else:
             messages.append(item)
-    messages = repair(messages, warnings)
-    return Transcript(
-        format=FORMAT,
-        messages=messages,
-        system_prompt=None,  # Claude Code does not log its system prompt
-        warnings=warnings,
-        source_path=source.path,
-        metadata={"skipped_records": dict(skipped)},
+    # Claude Code does not log its system prompt.
+    return repaired_transcript(
+        FORMAT, messages, warnings, source, {"skipped_records": dict(skipped)}, system_prompt=None
     )
 
 

@@ -23,7 +23,7 @@ from contextlab.engine.importers._common import (
     Timeline,
     Transcript,
     make_message,
-    repair,
+    repaired_transcript,
 )
 from contextlab.engine.messages import (
     Block,
@@ -138,15 +138,9 @@ def load(source: Source) -> Transcript:
             messages.append(_message(item, timeline, call_names))
         else:
             messages.append(_result(item, timeline, call_names))
-    messages = repair(messages, warnings)
-    return Transcript(
-        format=FORMAT,
-        messages=messages,
-        system_prompt=None,  # the stream does not carry the agents' prompts
-        warnings=warnings,
-        source_path=source.path,
-        metadata={"skipped_records": dict(skipped)} if skipped else {},
-    )
+    metadata: dict[str, Any] = {"skipped_records": dict(skipped)} if skipped else {}
+    # The stream does not carry the agents' prompts.
+    return repaired_transcript(FORMAT, messages, warnings, source, metadata, system_prompt=None)
 
 
 def _message(stream: _Streamed, timeline: Timeline, call_names: dict[str, str]) -> Message:

@@ -16,8 +16,7 @@ from typing import Any
 from contextlab.engine.convert.agentscope import normalise_timestamp
 from contextlab.engine.convert.openai import parse_arguments
 from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.importers._common import Source, Timeline, Transcript, make_message, repair
-from contextlab.engine.importers.message_list import lift_system_prompt
+from contextlab.engine.importers._common import Source, Timeline, Transcript, finish_transcript, make_message
 from contextlab.engine.messages import (
     Block,
     MediaBlock,
@@ -170,16 +169,7 @@ def load(source: Source) -> Transcript:
     values = state.get("values")
     if isinstance(values, dict) and isinstance(values.get("title"), str):
         transcript_meta["title"] = values["title"]
-    system_prompt = lift_system_prompt(messages, transcript_meta)
-    messages = repair(messages, warnings)
-    return Transcript(
-        format=FORMAT,
-        messages=messages,
-        system_prompt=system_prompt,
-        warnings=warnings,
-        source_path=source.path,
-        metadata=transcript_meta,
-    )
+    return finish_transcript(FORMAT, messages, warnings, source, transcript_meta)
 
 
 def _calls(

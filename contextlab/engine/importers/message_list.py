@@ -20,11 +20,11 @@ from contextlab.engine.importers._common import (
     Source,
     Timeline,
     Transcript,
+    finish_transcript,
     make_message,
     numbered_ids,
-    repair,
 )
-from contextlab.engine.messages import Message, TextBlock
+from contextlab.engine.messages import Message
 
 
 def _records(source: Source) -> list[tuple[int, Any]] | None:
@@ -43,19 +43,6 @@ def matches(source: Source) -> str | None:
         return f"{detect_message_format([v for _, v in records])}_messages"
     except InvalidMessages:
         return None
-
-
-def lift_system_prompt(messages: list[Message], meta: dict[str, Any]) -> str | None:
-    """Take a leading text-only system message out of the list as the system prompt.
-
-    The engine counts the system prompt apart from the messages (it is never
-    compacted), so it must not also sit in the list.
-    """
-    if messages and messages[0].role == "system" and all(isinstance(b, TextBlock) for b in messages[0].content):
-        first = messages.pop(0)
-        meta["system_source_index"] = first.metadata.get("source_index")
-        return first.plain_text()
-    return None
 
 
 @dataclass
@@ -127,13 +114,4 @@ def load(source: Source, fmt: str) -> Transcript:
                         **msg.metadata,
                     )
                 )
-    system_prompt = lift_system_prompt(messages, meta)
-    messages = repair(messages, warnings)
-    return Transcript(
-        format=fmt,
-        messages=messages,
-        system_prompt=system_prompt,
-        warnings=warnings,
-        source_path=source.path,
-        metadata=meta,
-    )
+    return finish_transcript(fmt, messages, warnings, source, meta)

@@ -16,7 +16,13 @@ from typing import Any
 
 from contextlab.engine.convert.agentscope import normalise_timestamp
 from contextlab.engine.convert.openai import parse_openai_message
-from contextlab.engine.importers._common import Source, Timeline, Transcript, make_message, repair
+from contextlab.engine.importers._common import (
+    Source,
+    Timeline,
+    Transcript,
+    make_message,
+    repaired_transcript,
+)
 from contextlab.engine.messages import Block, MediaBlock, Message, Role, TextBlock, ToolResultBlock
 
 FORMAT = "openhands"
@@ -163,16 +169,8 @@ def load(source: Source) -> Transcript:
             continue
         warnings.append(f"history[{index}] is neither an action nor an observation; skipped")
 
-    messages = repair(messages, warnings)
     meta["skipped_records"] = dict(skipped)
-    return Transcript(
-        format=FORMAT,
-        messages=messages,
-        system_prompt=system_prompt,
-        warnings=warnings,
-        source_path=source.path,
-        metadata=meta,
-    )
+    return repaired_transcript(FORMAT, messages, warnings, source, meta, system_prompt=system_prompt)
 
 
 def _observation_text(event: dict[str, Any]) -> str:

@@ -13,12 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from contextlab.engine.convert.agentscope import normalise_timestamp
-from contextlab.engine.importers._common import Source, Timeline, Transcript, repair
-from contextlab.engine.importers.message_list import (
-    OpenAIRecord,
-    convert_openai_records,
-    lift_system_prompt,
-)
+from contextlab.engine.importers._common import Source, Timeline, Transcript, finish_transcript
+from contextlab.engine.importers.message_list import OpenAIRecord, convert_openai_records
 
 FORMAT = "reme_list"
 _CALL_KEYS = ("id", "type", "name", "arguments")
@@ -94,13 +90,4 @@ def load(source: Source) -> Transcript:
     records = [_record(i, m) for i, m in enumerate(source.value)]
     messages = convert_openai_records(records, fmt=FORMAT, path="messages", timeline=Timeline(source.mtime))
     meta: dict[str, Any] = {}
-    system_prompt = lift_system_prompt(messages, meta)
-    messages = repair(messages, warnings)
-    return Transcript(
-        format=FORMAT,
-        messages=messages,
-        system_prompt=system_prompt,
-        warnings=warnings,
-        source_path=source.path,
-        metadata=meta,
-    )
+    return finish_transcript(FORMAT, messages, warnings, source, meta)

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contextlab.engine.importers._common import Source, Timeline, Transcript, repair
-from contextlab.engine.importers.message_list import (
-    OpenAIRecord,
-    convert_openai_records,
-    lift_system_prompt,
-)
+from contextlab.engine.importers._common import Source, Timeline, Transcript, finish_transcript
+from contextlab.engine.importers.message_list import OpenAIRecord, convert_openai_records
 
 FORMAT = "swe_agent"
 _CHAT_KEYS = ("role", "content", "name", "tool_calls")
@@ -71,13 +67,4 @@ def load(source: Source) -> Transcript:
     info = value.get("info")
     if isinstance(info, dict):
         meta.update({k: info[k] for k in ("exit_status", "submission", "model_stats") if k in info})
-    system_prompt = lift_system_prompt(messages, meta)
-    messages = repair(messages, warnings)
-    return Transcript(
-        format=FORMAT,
-        messages=messages,
-        system_prompt=system_prompt,
-        warnings=warnings,
-        source_path=source.path,
-        metadata=meta,
-    )
+    return finish_transcript(FORMAT, messages, warnings, source, meta)

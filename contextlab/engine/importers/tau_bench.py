@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contextlab.engine.importers._common import Source, Timeline, Transcript, repair
-from contextlab.engine.importers.message_list import (
-    OpenAIRecord,
-    convert_openai_records,
-    lift_system_prompt,
-)
+from contextlab.engine.importers._common import Source, Timeline, Transcript, finish_transcript
+from contextlab.engine.importers.message_list import OpenAIRecord, convert_openai_records
 
 FORMAT = "tau_bench"
 
@@ -50,13 +46,4 @@ def load(source: Source) -> Transcript:
         (OpenAIRecord(i, m) for i, m in enumerate(value["traj"])), fmt=FORMAT, path="traj", timeline=Timeline(source.mtime)
     )
     meta: dict[str, Any] = {k: value[k] for k in ("task_id", "trial", "reward") if k in value}
-    system_prompt = lift_system_prompt(messages, meta)
-    messages = repair(messages, warnings)
-    return Transcript(
-        format=FORMAT,
-        messages=messages,
-        system_prompt=system_prompt,
-        warnings=warnings,
-        source_path=source.path,
-        metadata=meta,
-    )
+    return finish_transcript(FORMAT, messages, warnings, source, meta)
