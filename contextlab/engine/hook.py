@@ -377,7 +377,7 @@ class ContextManager:
                           result_message_id: str) -> None:
         for stale in self.files.observe(call, call_message_id, result, result_message_id):
             info = {"path": stale.path, "written_by": stale.written_by_message_id, "write_tool": stale.write_tool,
-                    "before_turn": self.turn + 1}
+                    "read_tool": stale.read_tool, "before_turn": self.turn + 1}
             self.stale[stale.read_message_id] = info
             if stale.read_message_id in self.fate:
                 self.fate[stale.read_message_id].append({"event": "stale", **info})

@@ -433,3 +433,15 @@ def test_it_answers_a_cut_off_call(tmp_path: Path) -> None:
     assert last.metadata["synthetic"] is True
     assert last.tool_results[0].is_error is True
     assert last.metadata["source_index"] == 1
+
+
+def test_it_imports_contextlabs_own_message_form_exactly(tmp_path) -> None:
+    from contextlab.engine.importers import detect_transcript_format
+
+    source = load_transcript(corpus_file("tau-bench/gpt-4o-airline.idx52.task2.trial1.json"))
+    path = tmp_path / "ours.json"
+    path.write_text(json.dumps([m.to_dict() for m in source.messages]), encoding="utf-8")
+    assert detect_transcript_format(path) == "contextlab_messages"
+    again = load_transcript(path)
+    assert [m.id for m in again.messages] == [m.id for m in source.messages]
+    assert [m.to_dict()["content"] for m in again.messages] == [m.to_dict()["content"] for m in source.messages]

@@ -123,12 +123,15 @@ class EvictionAction:
     block: int | None = None
     label: str = ""
     layer: str = "working"
+    # The score's components (relevance, recency, density), for the trace.
+    score_parts: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"unit_id": self.unit_id, "message_ids": list(self.message_ids), "action": self.action,
                 "score": round(self.score, 4), "reason": self.reason, "unit_type": self.unit_type,
                 "tokens": self.tokens, "mode": self.mode, "group": self.group, "block": self.block,
-                "label": self.label, "layer": self.layer}
+                "label": self.label, "layer": self.layer,
+                "score_parts": {name: round(value, 4) for name, value in self.score_parts}}
 
 
 @dataclass(frozen=True)
@@ -638,7 +641,8 @@ def _actions(p: _Planner, before: int, soft: int, cutoff: float | None, strategy
     answered_in_place = {p.by_id[uid].parent for uid in p.in_place}
     for u in p.units:
         common: dict[str, Any] = {"unit_type": u.type, "tokens": u.tokens, "group": u.group, "block": u.block,
-                                  "label": u.label, "layer": u.layer}
+                                  "label": u.label, "layer": u.layer,
+                                  "score_parts": tuple(sorted((u.score_parts or {}).items()))}
         if u.group is not None and u.group in p.collapsed:
             action, reason = p.collapsed[u.group]
             out.append(EvictionAction(u.id, p.rounds[u.group].message_ids, action, u.score, reason, mode="round",

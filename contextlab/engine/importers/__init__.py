@@ -10,7 +10,8 @@ it came from.
 Besides the seven agent formats, a plain list of OpenAI, Anthropic or
 AgentScope messages (a JSON array, or one message per line like CoPaw's
 ``dialog/*.jsonl``) imports as ``openai_messages`` / ``anthropic_messages`` /
-``agentscope_messages``.
+``agentscope_messages``, and ContextLab's own message form
+(``Message.to_dict()``) as ``contextlab_messages``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from types import ModuleType
 
 from contextlab.engine.importers import (
     claude_code,
+    contextlab_messages,
     deerflow_sse,
     langgraph,
     message_list,
@@ -47,6 +49,7 @@ _IMPORTERS: tuple[ModuleType, ...] = (
     langgraph,
     deerflow_sse,
     reme_list,
+    contextlab_messages,
     message_list,
 )
 def _importer_for(source: Source) -> tuple[ModuleType, str]:

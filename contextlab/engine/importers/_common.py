@@ -44,6 +44,7 @@ KNOWN_FORMATS: tuple[str, ...] = (
     "openai_messages",
     "anthropic_messages",
     "agentscope_messages",
+    "contextlab_messages",
 )
 
 
