@@ -120,8 +120,16 @@ class DialogArchive:
         data: dict[str, Any] = json.loads(self.journal_path.read_text(encoding="utf-8"))
         return data
 
-    def commit(self) -> None:
-        """The caller saved the state that these appends belong to."""
+    def commit(self, *, turn: int | None = None) -> None:
+        """The caller saved the state that these appends belong to.
+
+        With ``turn``, a journal of a later turn (another writer that started
+        after this one saved) is left alone.
+        """
+        if turn is not None:
+            journal = self._read_journal()
+            if journal is not None and int(journal["turn"]) > turn:
+                return
         self.journal_path.unlink(missing_ok=True)
 
     def recover(self, *, committed_turn: int) -> list[str]:

@@ -968,7 +968,7 @@ class ContextManager:
     # ------------------------------------------------------------ persistence
     def commit(self) -> None:
         """The caller has saved the state of the last turn (transactional mode)."""
-        self.archive.commit()
+        self.archive.commit(turn=self.turn)
 
     def export_state(self, *, history: bool = True) -> dict[str, Any]:
         """The in-memory state as JSON-ready data (the workspace holds the rest).
@@ -1025,8 +1025,10 @@ class ContextManager:
     ) -> ContextManager:
         manager = cls(profile, workspace, system_prompt=state.get("system_prompt", ""),
                       compactor=compactor, observer=observer, transactional=transactional)
-        # A turn archived but never saved (a crash in between) is undone here.
-        manager.recovered_files = manager.archive.recover(committed_turn=int(state.get("turn", 0)))
+        # A turn archived but never saved (a crash in between) is undone here;
+        # only a transactional caller (which holds the session's lock) may do it.
+        if transactional:
+            manager.recovered_files = manager.archive.recover(committed_turn=int(state.get("turn", 0)))
         manager.turn = int(state.get("turn", 0))
         manager.summary = state.get("summary")
         manager.summaries = [SummaryVersion(**s) for s in state.get("summaries", [])]

@@ -380,3 +380,11 @@ def test_it_refuses_shapes_it_cannot_tell(data: Any, field: str) -> None:
         detect_message_format(data)
     assert info.value.field == field
     assert "expected" in info.value.message
+
+
+def test_it_keeps_non_finite_numbers_in_arguments_as_raw_text() -> None:
+    from contextlab.engine.convert.openai import parse_arguments
+
+    assert parse_arguments('{"a": 1e400}') == {}
+    assert parse_arguments('{"a": NaN}') == {}
+    assert parse_arguments('{"a": 1.5}') == {"a": 1.5}

@@ -217,10 +217,24 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
     Models do emit broken JSON; the raw string stays on the block so nothing is lost.
     """
     try:
-        value = json.loads(arguments)
+        # NaN, Infinity and numbers too large for a float are not JSON a
+        # provider accepts (and cannot be stored in a JSON column): treat the
+        # arguments as unparsed, the raw string still holds them.
+        value = json.loads(arguments, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large for a float")
+    return value
 
 
 def _default_content_form(role: str, visible: Sequence[Block], has_calls: bool) -> str:
