@@ -1,0 +1,144 @@
+"""Recognising the history an OpenAI client resends with every call.
+
+Pure functions, no Django. A chat-completions client sends its whole
+conversation each time; the gateway keeps, per session, one digest per message
+it has already ingested and looks for that list at the start of the request.
+
+A digest captures a message's identity and content, and ignores what clients
+routinely change when they echo a reply back: key order, ``null`` versus
+missing versus ``""`` content, extra response fields (``refusal``,
+``annotations``, ``audio``), and the spacing of tool-call arguments. An
+assistant message that calls tools is identified by its call ids alone: the
+provider made them unique, and frameworks re-serialise the rest (LangChain
+re-dumps arguments, some drop the text beside the calls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+SYSTEM_ROLES = ("system", "developer")
+DIGEST_CHARS = 32  # 128 bits of sha256: collisions are not a practical concern
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(_canonical(value).encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
+
+
+def content_text(content: Any) -> str:
+    """The content as one comparable string (text parts joined; other parts as JSON)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(str(p.get("text", "")) for p in content).strip()
+    return _canonical(content)
+
+
+def _calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def digest(message: Any) -> str:
+    """The identity-and-content digest of one OpenAI chat message."""
+    if not isinstance(message, dict):
+        return _hash(["?", message])
+    role = message.get("role")
+    if role == "developer":
+        role = "system"
+    calls = _calls(message)
+    if role == "assistant" and calls:
+        return _hash(["assistant-calls", sorted(str(c.get("id", "")) for c in calls)])
+    if role == "tool":
+        return _hash(["tool", message.get("tool_call_id"), content_text(message.get("content"))])
+    return _hash([role, content_text(message.get("content"))])
+
+
+def split_system(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """(the leading system/developer messages, everything after them)."""
+    index = 0
+    while (index < len(messages) and isinstance(messages[index], dict)
+           and messages[index].get("role") in SYSTEM_ROLES):
+        index += 1
+    return list(messages[:index]), list(messages[index:])
+
+
+def system_prompt(system_messages: Sequence[dict[str, Any]]) -> str:
+    """The system prompt as the engine holds it: the leading system messages' text."""
+    parts: list[str] = []
+    for message in system_messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.append("".join(str(p.get("text", "")) for p in content if isinstance(p, dict)))
+    return "\n\n".join(p for p in parts if p)
+
+
+def first_user(messages: Sequence[Any]) -> Any:
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "user":
+            return message
+    return None
+
+
+def derived_key(*, profile_id: int, system: str, first_user_message: Any, include_system: bool) -> str:
+    """The stable name of a conversation whose client sent no session header."""
+    first = content_text(first_user_message.get("content")) if isinstance(first_user_message, dict) else ""
+    parts: list[Any] = [profile_id, system if include_system else None, first]
+    return f"auto:{profile_id}:{_hash(parts)}"
+
+
+def common_prefix(stored: Sequence[str], incoming: Sequence[str]) -> int:
+    """How many leading digests the two lists share."""
+    n = 0
+    for a, b in zip(stored, incoming, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def continues(stored: Sequence[str], incoming: Sequence[str]) -> bool:
+    """True when the incoming history starts with everything already ingested."""
+    return len(stored) <= len(incoming) and common_prefix(stored, incoming) == len(stored)
+
+
+def reply_message(message: Any) -> dict[str, Any]:
+    """The assistant reply of a completion, as it goes into the session.
+
+    Only what a later request will send back matters: role, content, tool calls
+    (and reasoning text); response-only fields (``refusal: null``,
+    ``annotations``) would otherwise be replayed upstream in every later call.
+    """
+    source = message if isinstance(message, dict) else {}
+    reply: dict[str, Any] = {"role": "assistant", "content": source.get("content")}
+    if not isinstance(reply["content"], str | list):
+        reply["content"] = None
+    calls = []
+    for call in _calls(source):
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        calls.append({"id": call.get("id"), "type": call.get("type") or "function",
+                      "function": {"name": function.get("name") or "",
+                                   "arguments": function.get("arguments") or ""}})
+    if calls:
+        reply["tool_calls"] = calls
+    elif reply["content"] is None:
+        # A refusal, or an empty answer: keep something the engine can hold.
+        refusal = source.get("refusal")
+        reply["content"] = refusal if isinstance(refusal, str) else ""
+    reasoning = source.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        reply["reasoning_content"] = reasoning
+    return reply

@@ -1,0 +1,163 @@
+"""The gateway's own tables: where a profile's calls go, which client
+conversation is which session, and one row per call passed through.
+
+The sessions app stays untouched: an ``UpstreamProvider`` hangs off an
+``AgentProfile`` one-to-one, a ``GatewaySession`` off an ``AgentSession``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils.timezone import now
+
+from contextlab.sessions.models import AgentProfile, AgentSession
+
+
+class UpstreamMisconfigured(Exception):
+    """The provider row cannot be used as it is (its key variable is not set, say)."""
+
+
+class UpstreamProvider(models.Model):
+    """The real OpenAI-compatible provider behind one agent profile."""
+
+    class Identity(models.TextChoices):
+        SYSTEM_AND_FIRST_USER = "system+first_user", "system prompt and first user message"
+        FIRST_USER = "first_user", "first user message only (the system prompt changes between calls)"
+
+    profile = models.OneToOneField(AgentProfile, models.CASCADE, related_name="upstream")
+    base_url = models.URLField(max_length=500, help_text="the provider's OpenAI-compatible base URL, "
+                                                         "e.g. https://api.openai.com/v1")
+    api_key_env = models.CharField(
+        max_length=100, blank=True,
+        help_text="name of the environment variable holding the provider key; wins over a stored key")
+    api_key = models.CharField(
+        max_length=500, blank=True,
+        help_text="the provider key, stored in the database (leave empty when the variable above is used)")
+    model_map = models.JSONField(
+        default=dict, blank=True,
+        help_text='client model name → provider model name, e.g. {"gpt-4o": "my-deployment"}; '
+                  '"*" maps every other name; unmapped names are sent as they are')
+    timeout = models.FloatField(default=600.0, validators=[MinValueValidator(1.0), MaxValueValidator(3600.0)],
+                                help_text="seconds to wait for the provider (per read, and to connect)")
+    extra_headers = models.JSONField(default=dict, blank=True,
+                                     help_text="headers added to every upstream request, name → value")
+    identity = models.CharField(
+        max_length=32, choices=Identity.choices, default=Identity.SYSTEM_AND_FIRST_USER,
+        help_text="what names a conversation when the client sends no X-ContextLab-Session header")
+    created = models.DateTimeField(default=now)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.profile.name} → {self.base_url}"
+
+    def clean(self) -> None:
+        if not isinstance(self.model_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in self.model_map.items()):
+            raise ValidationError({"model_map": "an object of model names: {\"client name\": \"provider name\"}"})
+        if not isinstance(self.extra_headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.extra_headers.items()):
+            raise ValidationError({"extra_headers": "an object of header names and string values"})
+
+    def upstream_model(self, model: Any) -> Any:
+        """The provider's name for the model the client asked for."""
+        mapping = self.model_map if isinstance(self.model_map, dict) else {}
+        if isinstance(model, str) and model in mapping:
+            return mapping[model]
+        return mapping.get("*", model)
+
+    def resolve_api_key(self) -> str:
+        """The key to send; "" sends none (local providers often need none)."""
+        if self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise UpstreamMisconfigured(
+                    f"the upstream provider of profile {self.profile.name!r} reads its key from the "
+                    f"environment variable {self.api_key_env}, which is not set on the ContextLab server")
+            return value
+        return self.api_key
+
+    @property
+    def chat_url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def url(self, path: str) -> str:
+        return self.base_url.rstrip("/") + "/" + path.lstrip("/")
+
+
+class GatewaySession(models.Model):
+    """A session the gateway drives, with the client-side history it has ingested.
+
+    ``history`` holds one content digest per client message already ingested
+    (the system prompt excluded), in order, plus one for each reply the gateway
+    recorded. A request whose messages start with exactly this list continues
+    the session; the rest of its messages are new.
+    """
+
+    class Kind(models.TextChoices):
+        HEADER = "header", "X-ContextLab-Session header"
+        DERIVED = "derived", "derived from the first messages"
+
+    session = models.OneToOneField(AgentSession, models.CASCADE, primary_key=True, related_name="gateway")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    # Several sessions may share a key: a client that rewinds or edits its
+    # history gets a new session under the same key (see ``forked_from``).
+    key = models.CharField(max_length=300)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    history = models.JSONField(default=list, blank=True)
+    forked_from = models.ForeignKey(AgentSession, models.SET_NULL, null=True, blank=True, related_name="+")
+    created = models.DateTimeField(default=now)
+    updated = models.DateTimeField(default=now)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "key", "-updated"], name="gatewaysession_owner_key")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key[:40]} → {self.session_id}"
+
+
+class GatewayExchange(models.Model):
+    """One call through the gateway: what was sent where, and what went wrong.
+
+    The row is written for managed and unmanaged calls alike, so the admin (and
+    any page) can show "this call went out without context management, because …".
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    profile = models.ForeignKey(AgentProfile, models.SET_NULL, null=True, blank=True, related_name="+")
+    session = models.ForeignKey(AgentSession, models.CASCADE, null=True, blank=True,
+                                related_name="gateway_exchanges")
+    turn_number = models.PositiveIntegerField(null=True, blank=True)
+    endpoint = models.CharField(max_length=32, default="chat.completions")
+    stream = models.BooleanField(default=False)
+    model = models.CharField(max_length=200, blank=True)
+    upstream_model = models.CharField(max_length=200, blank=True)
+    managed = models.BooleanField(default=True, help_text="false: forwarded as the client sent it")
+    identity = models.CharField(max_length=32, blank=True, help_text="how the session was found")
+    client_messages = models.PositiveIntegerField(default=0)
+    matched_messages = models.PositiveIntegerField(default=0, help_text="client messages already ingested")
+    new_messages = models.PositiveIntegerField(default=0)
+    upstream_messages = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_stage = models.CharField(max_length=16, blank=True)
+    error = models.TextField(blank=True)
+    prepare_ms = models.FloatField(default=0.0, help_text="identity, ingest and hook")
+    upstream_ms = models.FloatField(default=0.0)
+    usage = models.JSONField(null=True, blank=True)
+    created = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["session", "-created"], name="gatewayexchange_session")]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint} {self.status_code or '-'} {'managed' if self.managed else 'unmanaged'}"
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error)

@@ -1,0 +1,380 @@
+"""The gateway's workflow: who is calling, which session, what goes upstream, what is recorded.
+
+A call has two database steps around the provider call, and the provider call
+itself holds no transaction and no lock:
+
+1. ``exchange_prepare``: find (or start) the session the client's history
+   belongs to, ingest only the messages it has not seen, run the hook, and
+   build the upstream request from the engine's payload. Any failure here
+   leaves the request as the client sent it (``managed=False``) and is written
+   down; the agent never notices.
+2. ``exchange_record``: append the provider's reply to the session (so the
+   next call's tool results pair with its tool calls), store the provider's
+   usage beside our count of the turn, and write the ``GatewayExchange`` row.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import F
+from django.utils.timezone import now
+
+from contextlab.api.decorators import LAST_USED_RESOLUTION
+from contextlab.api.models import ApiToken, hash_token
+from contextlab.engine.errors import ContextLabError, InvalidMessages, InvalidProfile
+from contextlab.gateway import history
+from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamMisconfigured, UpstreamProvider
+from contextlab.sessions import services as sessions
+from contextlab.sessions.models import AgentProfile, AgentSession
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "X-ContextLab-Session"
+PROFILE_HEADER = "X-ContextLab-Profile"
+MAX_KEY_LENGTH = 300
+# Sessions compared per call under one key: enough for parallel runs of one
+# task, bounded so a key reused thousands of times does not slow every call.
+MAX_CANDIDATES = 20
+TITLE_CHARS = 80
+
+
+class GatewayError(Exception):
+    """A request the gateway answers itself, in OpenAI's error shape."""
+
+    def __init__(self, status: int, message: str, *, code: str, type: str = "invalid_request_error",
+                 param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.type = type
+        self.param = param
+
+
+# -- who and where -------------------------------------------------------------------------
+
+
+def token_user(authorization: str) -> User | None:
+    """The active user owning the bearer token, or None."""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(value.strip())).first()
+    if token is None or not token.user.is_active:
+        return None
+    moment = now()
+    if token.last_used is None or moment - token.last_used > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used=moment)
+    return token.user
+
+
+def _as_uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def profile_for(*, owner: User, session_header: str = "", profile_header: str = "") -> AgentProfile:
+    """The profile a call runs under.
+
+    A session id in the session header means that session's profile; else the
+    profile header; else the caller's only profile with an upstream provider
+    (or the one named "default" among several), so an unmodified client,
+    which can send no header, works for the common one-agent set-up.
+    """
+    session_id = _as_uuid(session_header) if session_header else None
+    if session_id is not None:
+        session = (AgentSession.objects.select_related("profile").defer("engine_state")
+                   .filter(pk=session_id, owner=owner).first())
+        if session is not None:
+            return session.profile
+    if profile_header:
+        try:
+            return sessions.profile_resolve(owner=owner, ref=profile_header)
+        except InvalidProfile as exc:
+            raise GatewayError(400, f"you have no agent profile {profile_header!r}",
+                               code="contextlab_unknown_profile", param=PROFILE_HEADER) from exc
+    routed = list(AgentProfile.objects.filter(owner=owner, upstream__isnull=False).order_by("name"))
+    if len(routed) == 1:
+        return routed[0]
+    if not routed:
+        raise GatewayError(400, "none of your agent profiles has an upstream provider: add one in the admin "
+                                "(Gateway › Upstream providers) with the provider's base URL and key",
+                           code="contextlab_no_upstream")
+    for profile in routed:
+        if profile.name == "default":
+            return profile
+    names = ", ".join(repr(p.name) for p in routed)
+    raise GatewayError(400, f"several of your agent profiles have an upstream provider ({names}); name one "
+                            f"in the {PROFILE_HEADER} header", code="contextlab_ambiguous_profile",
+                       param=PROFILE_HEADER)
+
+
+def provider_for(profile: AgentProfile) -> tuple[UpstreamProvider, str]:
+    """The profile's upstream provider and the key to send to it."""
+    provider = UpstreamProvider.objects.filter(profile=profile).first()
+    if provider is None:
+        raise GatewayError(400, f"agent profile {profile.name!r} has no upstream provider: add one in the admin "
+                                "(Gateway › Upstream providers) with the provider's base URL and key",
+                           code="contextlab_no_upstream")
+    provider.profile = profile
+    try:
+        return provider, provider.resolve_api_key()
+    except UpstreamMisconfigured as exc:
+        raise GatewayError(500, str(exc), code="contextlab_upstream_misconfigured", type="server_error") from exc
+
+
+# -- one call --------------------------------------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    """One call on its way through: what goes upstream, and what to record afterwards."""
+
+    owner: User
+    profile: AgentProfile
+    provider: UpstreamProvider
+    body: dict[str, Any]
+    stream: bool = False
+    client_wants_usage: bool = False
+    managed: bool = False
+    session: AgentSession | None = None
+    turn: int | None = None
+    identity: str = ""
+    client_messages: int = 0
+    matched: int = 0
+    new: int = 0
+    upstream_messages: int = 0
+    error_stage: str = ""
+    error: str = ""
+    prepare_ms: float = 0.0
+    model: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def strips_usage(self) -> bool:
+        """The gateway asked for the usage chunk on the client's behalf and must take it out again."""
+        return self.managed and self.stream and not self.client_wants_usage
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ContextLabError):
+        where = f" ({exc.field})" if exc.field else ""
+        return f"{type(exc).__name__}: {exc.message}{where}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamProvider, body: dict[str, Any],
+                     session_header: str = "") -> Exchange:
+    """Manage the call's context; on any ContextLab failure, forward it as it came."""
+    start = time.perf_counter()
+    stream = body.get("stream") is True
+    options = body.get("stream_options")
+    exchange = Exchange(owner=owner, profile=profile, provider=provider, body=_unmanaged(provider, body),
+                        stream=stream, model=str(body.get("model") or "")[:200],
+                        client_wants_usage=stream and isinstance(options, dict) and options.get("include_usage") is True)
+    stage = "identity"
+    try:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidMessages("messages must be a non-empty list of chat messages", field="messages")
+        exchange.client_messages = len(messages)
+        system_messages, rest = history.split_system(messages)
+        digests = [history.digest(m) for m in rest]
+        system = history.system_prompt(system_messages)
+        key, kind = _key(profile, provider, session_header, system, rest)
+        with transaction.atomic():
+            gateway, exchange.identity = _find_or_start(owner, profile, key, kind, session_header, digests,
+                                                        system, rest)
+            exchange.session = gateway.session
+            stage = "hook"
+            exchange.matched = len(gateway.history)
+            new = rest[exchange.matched:]
+            payload, trace = sessions.session_advance(session=gateway.session, messages=new, system_prompt=system)
+            gateway.history = [*gateway.history, *digests[exchange.matched:]]
+            gateway.updated = now()
+            gateway.save(update_fields=["history", "updated"])
+        exchange.new = len(new)
+        exchange.turn = int(trace["turn"])
+        # The client's own system messages go upstream verbatim (role
+        # "developer", content parts); the engine's copy is for counting.
+        if system and payload and payload[0].get("role") == "system":
+            payload = payload[1:]
+        upstream_messages = [*system_messages, *payload]
+        exchange.body = _managed(provider, body, upstream_messages, add_usage=exchange.stream
+                                 and not exchange.client_wants_usage)
+        exchange.upstream_messages = len(upstream_messages)
+        exchange.managed = True
+    except Exception as exc:
+        # Whatever broke (bad input the provider may still accept, the engine,
+        # the database), the agent's call goes out unmanaged and the failure
+        # is written down with the exchange.
+        log.warning("gateway: forwarding unmanaged after a %s failure: %s", stage, _describe(exc),
+                    exc_info=not isinstance(exc, ContextLabError))
+        exchange.managed = False
+        exchange.turn = None
+        exchange.error_stage = stage
+        exchange.error = _describe(exc)
+        exchange.body = _unmanaged(provider, body)
+        if stage == "identity" or exchange.identity in ("new", "forked"):
+            # The transaction took a session started for this call with it.
+            if exchange.session is not None:
+                shutil.rmtree(exchange.session.workspace, ignore_errors=True)
+            exchange.session = None
+    exchange.prepare_ms = (time.perf_counter() - start) * 1000
+    return exchange
+
+
+def _unmanaged(provider: UpstreamProvider, body: dict[str, Any]) -> dict[str, Any]:
+    """The client's request with only the model name mapped."""
+    out = dict(body)
+    if "model" in out:
+        out["model"] = provider.upstream_model(out["model"])
+    return out
+
+
+def _managed(provider: UpstreamProvider, body: dict[str, Any], messages: list[dict[str, Any]], *,
+             add_usage: bool) -> dict[str, Any]:
+    """The client's request with the managed messages; every other parameter is left as it came."""
+    out = _unmanaged(provider, body)
+    out["messages"] = messages
+    if add_usage:
+        options = body.get("stream_options")
+        out["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return out
+
+
+def _key(profile: AgentProfile, provider: UpstreamProvider, session_header: str, system: str,
+         rest: list[Any]) -> tuple[str, str]:
+    if session_header:
+        if len(session_header) > MAX_KEY_LENGTH or not session_header.isprintable():
+            raise InvalidMessages(f"the {SESSION_HEADER} header must be at most {MAX_KEY_LENGTH} printable "
+                                  "characters", field=SESSION_HEADER)
+        return session_header, GatewaySession.Kind.HEADER
+    include_system = provider.identity == UpstreamProvider.Identity.SYSTEM_AND_FIRST_USER
+    key = history.derived_key(profile_id=profile.pk, system=system, first_user_message=history.first_user(rest),
+                              include_system=include_system)
+    return key, GatewaySession.Kind.DERIVED
+
+
+def _title(kind: str, key: str, rest: list[Any]) -> str:
+    if kind == GatewaySession.Kind.HEADER and _as_uuid(key) is None:
+        return f"gateway · {key}"[:200]
+    first = history.first_user(rest)
+    text = history.content_text(first.get("content")) if isinstance(first, dict) else ""
+    # A title is for people: control characters (NUL included) become spaces.
+    text = " ".join("".join(c if c.isprintable() else " " for c in text[:TITLE_CHARS * 4]).split())
+    if len(text) > TITLE_CHARS:
+        text = text[:TITLE_CHARS - 1] + "…"
+    return f"gateway · {text}" if text else "gateway session"
+
+
+def _find_or_start(owner: User, profile: AgentProfile, key: str, kind: str, session_header: str,
+                   digests: list[str], system: str, rest: list[Any]) -> tuple[GatewaySession, str]:
+    """The session whose ingested history the request continues (locked), or a new one.
+
+    Among the sessions under the key, the one with the longest history that the
+    request starts with wins; when none fits (the client rewound, edited, or
+    is a second run of the same task) a new session starts under the same key,
+    remembering the one it forked from.
+    """
+    # The engine state is the session's largest column, and the services load
+    # it themselves under their lock; decoding it here too would double the cost.
+    candidates = list(GatewaySession.objects.filter(owner=owner, key=key, session__profile=profile)
+                      .select_related("session").defer("session__engine_state")
+                      .order_by("-updated")[:MAX_CANDIDATES])
+    session_id = _as_uuid(session_header) if session_header else None
+    if session_id is not None and all(c.session_id != session_id for c in candidates):
+        named = AgentSession.objects.filter(pk=session_id, owner=owner, profile=profile).defer("engine_state").first()
+        if named is not None:
+            # A session created elsewhere (the JSON API), driven through the
+            # gateway from now on: its history starts empty here.
+            gateway, _ = GatewaySession.objects.get_or_create(
+                session=named, defaults={"owner": owner, "key": key, "kind": kind})
+            candidates.insert(0, gateway)
+    fitting = [c for c in candidates if history.continues(c.history, digests)]
+    if fitting:
+        best = max(fitting, key=lambda c: (len(c.history), c.updated))
+        # Lock order everywhere: the gateway row, then the session row (the services' own lock).
+        locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
+                  .defer("session__engine_state").get(pk=best.pk))
+        # Another call may have moved the session on while this one looked.
+        if history.continues(locked.history, digests):
+            return locked, "continued"
+    session = sessions.session_create(owner=owner, system_prompt=system, profile=profile,
+                                      title=_title(kind, key, rest))
+    gateway = GatewaySession.objects.create(
+        session=session, owner=owner, key=key, kind=kind,
+        forked_from=candidates[0].session if candidates else None)
+    return gateway, ("forked" if candidates else "new")
+
+
+def exchange_record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any] | None = None,
+                    usage: Any = None, upstream_ms: float = 0.0, error: str = "") -> GatewayExchange | None:
+    """Write what the call left behind; never raises (the client's answer is already decided).
+
+    ``reply`` is the provider's assistant message as the client received it: it
+    joins the session, and its digest joins the ingested history, so the
+    client's next call, which sends it back, continues this session.
+    """
+    if error:
+        exchange.error_stage = exchange.error_stage or "upstream"
+        exchange.error = f"{exchange.error}; {error}" if exchange.error else error
+    try:
+        with transaction.atomic():
+            if exchange.managed and exchange.session is not None:
+                if reply is not None:
+                    # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
+                    gateway = GatewaySession.objects.select_for_update().get(pk=exchange.session.pk)
+                    sessions.messages_append_openai(session=exchange.session,
+                                                    messages=[history.reply_message(reply)])
+                    gateway.history = [*gateway.history, history.digest(reply)]
+                    gateway.updated = now()
+                    gateway.save(update_fields=["history", "updated"])
+                if isinstance(usage, dict) and usage and exchange.turn is not None:
+                    _usage_report(exchange, usage)
+            return _write_row(exchange, status_code=status_code, usage=usage, upstream_ms=upstream_ms)
+    except Exception as exc:
+        log.exception("gateway: could not record the exchange of session %s",
+                      exchange.session.pk if exchange.session else "-")
+        exchange.error_stage = "record"
+        exchange.error = f"{exchange.error}; {_describe(exc)}" if exchange.error else _describe(exc)
+        try:
+            return _write_row(exchange, status_code=status_code, usage=usage, upstream_ms=upstream_ms)
+        except Exception:
+            log.exception("gateway: could not record the failure either")
+            return None
+
+
+def _usage_report(exchange: Exchange, usage: dict[str, Any]) -> None:
+    assert exchange.session is not None and exchange.turn is not None
+    try:
+        # A savepoint: usage a provider shapes oddly must not undo the reply.
+        with transaction.atomic():
+            sessions.usage_report(session=exchange.session, turn_number=exchange.turn, usage=usage)
+    except ContextLabError as exc:
+        exchange.notes.append(f"usage not stored: {exc.message}")
+
+
+def _write_row(exchange: Exchange, *, status_code: int | None, usage: Any, upstream_ms: float) -> GatewayExchange:
+    row = GatewayExchange.objects.create(
+        owner=exchange.owner, profile=exchange.profile, session=exchange.session, turn_number=exchange.turn,
+        endpoint="chat.completions", stream=exchange.stream, model=exchange.model,
+        upstream_model=str(exchange.body.get("model") or "")[:200], managed=exchange.managed,
+        identity=exchange.identity, client_messages=exchange.client_messages, matched_messages=exchange.matched,
+        new_messages=exchange.new, upstream_messages=exchange.upstream_messages, status_code=status_code,
+        error_stage=exchange.error_stage, error="; ".join([exchange.error, *exchange.notes]).strip("; "),
+        prepare_ms=exchange.prepare_ms, upstream_ms=upstream_ms, usage=usage if isinstance(usage, dict) else None)
+    if exchange.error_stage in ("identity", "hook", "record") and exchange.session is not None:
+        # The sessions list's "had a failure" filter then shows gateway trouble too.
+        AgentSession.objects.filter(pk=exchange.session.pk).update(failures_count=F("failures_count") + 1)
+    return row

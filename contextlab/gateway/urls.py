@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.urls import path, re_path
+
+from contextlab.gateway import views
+
+urlpatterns = [
+    path("chat/completions", views.chat_completions, name="cl-gateway-chat"),
+    path("models", views.models, name="cl-gateway-models"),
+    path("models/<path:model>", views.model_detail, name="cl-gateway-model"),
+    # Anything else under /v1/ answers in OpenAI's error shape, not the HTML 404 page.
+    re_path(r"^(?P<rest>.*)$", views.not_found),
+]

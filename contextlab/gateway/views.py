@@ -1,0 +1,254 @@
+"""``/v1/``: the OpenAI-compatible endpoints an unmodified agent points its client at.
+
+Views are synchronous: the sessions services they call are synchronous and
+transactional, and the provider call holds no lock. A streamed answer is a
+generator under WSGI; under ASGI (Daphne) Django would drain a synchronous
+iterator completely before sending the first byte, so there it is wrapped in an
+async iterator that pulls each event in the request's own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx2
+from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from contextlab.gateway import services, sse, upstream
+from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
+
+log = logging.getLogger(__name__)
+
+
+def _error(exc: GatewayError) -> HttpResponse:
+    return upstream.openai_error(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param)
+
+
+def _unauthorized() -> HttpResponse:
+    response = upstream.openai_error(
+        401, "Incorrect API key provided: use a ContextLab API token as the OpenAI API key "
+             "(manage.py createapitoken).", code="invalid_api_key")
+    response["WWW-Authenticate"] = 'Bearer realm="contextlab"'
+    return response
+
+
+def _method_not_allowed(allowed: str) -> HttpResponse:
+    response = upstream.openai_error(405, f"use {allowed} here", code="method_not_allowed")
+    response["Allow"] = allowed
+    return response
+
+
+def _json_body(request: HttpRequest) -> dict[str, Any]:
+    try:
+        value = json.loads(request.body)
+    except RequestDataTooBig as exc:
+        raise GatewayError(413, "the request body is larger than this server accepts",
+                           code="request_too_large") from exc
+    except (ValueError, RecursionError) as exc:
+        raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(value, dict):
+        raise GatewayError(400, "the request body must be a JSON object", code="invalid_json")
+    return value
+
+
+def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
+    # Lets a client that cares find its session page; unmodified clients ignore it.
+    response["X-ContextLab-Managed"] = "true" if exchange.managed else "false"
+    if exchange.session is not None:
+        response[SESSION_HEADER] = str(exchange.session.pk)
+    if exchange.turn is not None:
+        response["X-ContextLab-Turn"] = str(exchange.turn)
+
+
+@csrf_exempt
+def chat_completions(request: HttpRequest) -> HttpResponseBase:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    user = services.token_user(request.headers.get("Authorization", ""))
+    if user is None:
+        return _unauthorized()
+    try:
+        body = _json_body(request)
+        session_header = request.headers.get(SESSION_HEADER, "").strip()
+        profile = services.profile_for(owner=user, session_header=session_header,
+                                       profile_header=request.headers.get(PROFILE_HEADER, "").strip())
+        provider, api_key = services.provider_for(profile)
+    except GatewayError as exc:
+        return _error(exc)
+    exchange = services.exchange_prepare(owner=user, profile=profile, provider=provider, body=body,
+                                         session_header=session_header)
+    start = time.perf_counter()
+    try:
+        answer = upstream.post_chat(provider, api_key, exchange.body, stream=exchange.stream)
+    except httpx2.TimeoutException as exc:
+        return _unreachable(exchange, start, 504, f"the upstream provider did not answer within "
+                                                  f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")
+    except httpx2.RequestError as exc:
+        return _unreachable(exchange, start, 502, f"the upstream provider could not be reached: "
+                                                  f"{type(exc).__name__}: {exc}", "upstream_unreachable")
+    if exchange.stream and answer.status_code == 200:
+        relay = _relay(answer, exchange, start)
+        streaming = StreamingHttpResponse(_for_server(request, relay), status=200,
+                                         content_type=answer.headers.get("content-type", "text/event-stream"))
+        for name, value in upstream.passed_headers(answer).items():
+            if name.lower() != "content-type":
+                streaming[name] = value
+        streaming["Cache-Control"] = "no-cache"
+        # Proxies such as nginx would otherwise hold the events back.
+        streaming["X-Accel-Buffering"] = "no"
+        _context_headers(streaming, exchange)
+        return streaming
+    try:
+        content = answer.read()
+    except httpx2.HTTPError as exc:
+        return _unreachable(exchange, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
+    finally:
+        answer.close()
+    upstream_ms = (time.perf_counter() - start) * 1000
+    reply, usage = _completion_parts(content) if answer.status_code == 200 else (None, None)
+    services.exchange_record(exchange, status_code=answer.status_code, reply=reply, usage=usage,
+                             upstream_ms=upstream_ms)
+    response = upstream.passthrough(answer, content)
+    _context_headers(response, exchange)
+    return response
+
+
+def _unreachable(exchange: Exchange, start: float, status: int, message: str, code: str) -> HttpResponse:
+    services.exchange_record(exchange, status_code=status, upstream_ms=(time.perf_counter() - start) * 1000,
+                             error=message)
+    response = upstream.openai_error(status, message, type="server_error", code=code)
+    _context_headers(response, exchange)
+    return response
+
+
+def _completion_parts(content: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Choice 0's message and the usage of a completion, when the answer is one."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    choices = data.get("choices")
+    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(
+        choices[0], dict) else None
+    usage = data.get("usage")
+    return (message if isinstance(message, dict) else None), (usage if isinstance(usage, dict) else None)
+
+
+def _relay(answer: httpx2.Response, exchange: Exchange, start: float) -> Iterator[bytes]:
+    """The provider's events, passed on; the reply is recorded before ``[DONE]`` goes out.
+
+    Recording first means a client that sends its next call the moment the
+    stream ends finds its reply already in the session.
+    """
+    builder = sse.ReplyBuilder()
+    recorded = False
+    error = ""
+    try:
+        for event in sse.events(upstream.lines(answer.iter_bytes())):
+            if event.done:
+                _record_stream(exchange, builder, start, error)
+                recorded = True
+                yield event.encode()
+                continue
+            chunk = event.json()
+            if isinstance(chunk, dict):
+                builder.add(chunk)
+                if exchange.strips_usage and chunk.get("usage"):
+                    if sse.is_usage_only(chunk):
+                        continue
+                    event = sse.without_usage(event, chunk)
+            yield event.encode()
+    except GeneratorExit:
+        error = "the client went away before the stream ended"
+        raise
+    except httpx2.HTTPError as exc:
+        # Too late for a status code: the client sees the stream stop.
+        error = f"the upstream stream broke off: {type(exc).__name__}: {exc}"
+    finally:
+        answer.close()
+        if not recorded:
+            # Some providers end without [DONE]; a finished reply still counts.
+            _record_stream(exchange, builder, start, error, keep_reply=not error)
+
+
+def _record_stream(exchange: Exchange, builder: sse.ReplyBuilder, start: float, error: str, *,
+                   keep_reply: bool = True) -> None:
+    reply = builder.message() if builder.complete and keep_reply else None
+    if not builder.complete and not error:
+        error = "the stream ended before the reply was complete"
+    services.exchange_record(exchange, status_code=200, reply=reply, usage=builder.usage,
+                             upstream_ms=(time.perf_counter() - start) * 1000, error=error)
+
+
+def _next(iterator: Iterator[bytes]) -> bytes | None:
+    return next(iterator, None)
+
+
+async def _pull(iterator: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # thread_sensitive: inside Django's per-request ThreadSensitiveContext this
+    # is the request's own thread, so a slow provider holds that thread, not a
+    # shared pool, and the generator always resumes where its DB connection is.
+    step = sync_to_async(_next, thread_sensitive=True)
+    try:
+        while (chunk := await step(iterator)) is not None:
+            yield chunk
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            await sync_to_async(close, thread_sensitive=True)()
+
+
+def _for_server(request: HttpRequest, iterator: Iterator[bytes]) -> Iterator[bytes] | AsyncIterator[bytes]:
+    return _pull(iterator) if isinstance(request, ASGIRequest) else iterator
+
+
+# -- models ----------------------------------------------------------------------------------
+
+
+def _passthrough_get(request: HttpRequest, path: str) -> HttpResponse:
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    user = services.token_user(request.headers.get("Authorization", ""))
+    if user is None:
+        return _unauthorized()
+    try:
+        profile = services.profile_for(owner=user, session_header=request.headers.get(SESSION_HEADER, "").strip(),
+                                       profile_header=request.headers.get(PROFILE_HEADER, "").strip())
+        provider, api_key = services.provider_for(profile)
+    except GatewayError as exc:
+        return _error(exc)
+    try:
+        answer = upstream.get(provider, api_key, path)
+    except httpx2.TimeoutException:
+        return upstream.openai_error(504, f"the upstream provider did not answer within {provider.timeout:g} s",
+                                     type="server_error", code="upstream_timeout")
+    except httpx2.TransportError as exc:
+        return upstream.openai_error(502, f"the upstream provider could not be reached: {exc}",
+                                     type="server_error", code="upstream_unreachable")
+    return upstream.passthrough(answer, answer.content)
+
+
+@csrf_exempt
+def models(request: HttpRequest) -> HttpResponse:
+    return _passthrough_get(request, "models")
+
+
+@csrf_exempt
+def model_detail(request: HttpRequest, model: str) -> HttpResponse:
+    return _passthrough_get(request, f"models/{model}")
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, rest: str) -> HttpResponse:
+    return upstream.openai_error(404, f"ContextLab's gateway serves /v1/chat/completions and /v1/models, "
+                                      f"not /v1/{rest}", code="unknown_url")
