@@ -1,0 +1,86 @@
+"""Celery tasks: thin wrappers that take ids and call one service each.
+
+Start them with ``contextlab.jobs.enqueue`` (never ``.delay`` directly), so
+the embedded and the scaled mode behave the same. The run rows, not Celery
+results, say how a job went.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from celery import Task
+from django.utils.dateparse import parse_datetime
+
+from contextlab.celery import task
+
+log = logging.getLogger(__name__)
+
+# A second delivery of a job another worker is still running (or whose dead
+# worker's database session is still closing) tries again every few seconds
+# for two minutes; then the sweep for dead workers settles the run. Embedded
+# mode has one process, so there it never waits.
+BUSY_RETRY_SECONDS = 5
+BUSY_RETRIES = 24
+
+
+def _moment(at: str | None) -> datetime | None:
+    """A fixed clock for a run by hand (``at``, ISO 8601); None means now."""
+    if at is None:
+        return None
+    moment = parse_datetime(at)
+    if moment is None or moment.tzinfo is None:
+        raise ValueError(f"not an ISO 8601 date and time with a UTC offset: {at!r}")
+    return moment
+
+
+@task(bind=True, max_retries=BUSY_RETRIES)
+def compact_session(self: Task, run_id: int) -> str:
+    from contextlab.sessions.services import compaction_work
+
+    outcome = compaction_work(run_id=run_id)
+    if outcome == "busy" and not self.request.is_eager:
+        raise self.retry(countdown=BUSY_RETRY_SECONDS)
+    return outcome
+
+
+@task(bind=True, max_retries=BUSY_RETRIES)
+def import_transcript(self: Task, run_id: int) -> str:
+    from contextlab.sessions.services import transcript_import_work
+
+    outcome = transcript_import_work(run_id=run_id)
+    if outcome == "busy" and not self.request.is_eager:
+        raise self.retry(countdown=BUSY_RETRY_SECONDS)
+    return outcome
+
+
+@task()
+def prune_expired_files(at: str | None = None) -> dict[str, Any]:
+    from contextlab.sessions.services import offloaded_prune
+
+    result = offloaded_prune(now=_moment(at))
+    return {"sessions": result.sessions, "removed": len(result.removed), "kept_referenced": result.kept_referenced}
+
+
+@task()
+def consolidate_memory(at: str | None = None) -> list[str]:
+    from contextlab.sessions.services import memory_consolidate_due
+
+    return [f"{c.session_id}: +{len(c.added)} -{len(c.removed)}" for c in memory_consolidate_due(now=_moment(at))]
+
+
+@task()
+def reap_stale_runs() -> list[int]:
+    from contextlab.sessions.services import runs_reap
+
+    return runs_reap()
+
+
+@task()
+def recover_runs() -> dict[str, list[int]]:
+    from contextlab.sessions.services import runs_recover
+
+    failed, queued = runs_recover()
+    return {"failed": failed, "queued": queued}
