@@ -1,0 +1,171 @@
+"""The session page's websocket: full-state fragments pushed as htmx OOB swaps.
+
+The services announce changes (``gauge.update`` after a commit that touched
+messages or turns, ``run.update`` when a background run moves); this consumer
+renders the fragments those changes make stale, from the database, and sends
+them. A page that was away (a dropped connection, a sleeping laptop) sends its
+cursor (``catch_up``: the last turn and message count it shows) when the
+socket opens again and gets everything that moved since.
+
+The page also sends ``ping`` every 30 s: each one re-joins the group, because
+channel layers silently drop group memberships after a day (and the in-memory
+layer drops a channel that stalled for a minute).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar, cast
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from contextlab.dashboard import fragments
+from contextlab.live import remember_loop, session_group
+from contextlab.sessions.models import AgentSession
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _db(function: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """``database_sync_to_async`` with its types (channels ships none)."""
+    return cast(Callable[P, Coroutine[Any, Any, R]], database_sync_to_async(function))
+
+# Close codes of our own (4000-4999): the htmx ws extension reconnects only
+# after abnormal closures, so a refused page does not hammer the server.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+# A burst of events renders at most this often per page; the services already
+# coalesce to ten a second, this guards against slow renders piling up.
+MIN_PUSH_INTERVAL = 0.05
+# Sent ahead of the rest: cheap to render, and what a viewer watches (the
+# gauge must follow an append within a blink; the lists may take a few ms more).
+FIRST = frozenset({"stats", "gauge", "compaction"})
+
+
+# channels ships no types, so its base class is Any to mypy.
+class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    session_id: str
+    group: str
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
+        self._stale: set[str] = set()
+        self._event: dict[str, Any] | None = None
+        self._key: object = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_push = 0.0
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await self._fetch_owned(user.pk):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        # Publishers on other threads hop onto this loop (contextlab.live).
+        remember_loop()
+        self.group = session_group(self.session_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        task = getattr(self, "_task", None)
+        if task is not None and not task.done():
+            task.cancel()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        kind = message.get("type")
+        if kind == "ping":
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        elif kind == "catch_up":
+            html = await self._fetch_catch_up(_int(message.get("after")), _int(message.get("messages")))
+            if html:
+                await self.send(text_data=html)
+
+    # -- events from the services --------------------------------------------------------
+
+    async def gauge_update(self, event: dict[str, Any]) -> None:
+        state = event.get("state") or {}
+        self._mark("turn" if state.get("turn") else "messages", event)
+
+    async def run_update(self, event: dict[str, Any]) -> None:
+        run = event.get("run") or {}
+        # A finished run also changed the session (its turn, or the import).
+        self._mark("turn" if run.get("status") in ("done", "failed") else "run", event)
+
+    def _mark(self, kind: str, event: dict[str, Any]) -> None:
+        self._stale.update(fragments.KINDS.get(kind, ()))
+        self._key = event.get("sent_at")
+        if event.get("type", "").startswith("run."):
+            self._event = event
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._push())
+
+    async def _push(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._stale:
+            wait = self._last_push + MIN_PUSH_INTERVAL - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            names, self._stale = frozenset(self._stale), set()
+            event, self._event = self._event, None
+            for group in (names & FIRST, names - FIRST):
+                if not group:
+                    continue
+                try:
+                    html = await self._fetch_fragments(group, self._key, event)
+                except Exception:  # a broken render must not kill the page's socket
+                    log.exception("session %s: could not render %s", self.session_id, sorted(group))
+                    return
+                if html is None:
+                    await self.close(code=CLOSE_FORBIDDEN)  # the session was deleted
+                    return
+                await self.send(text_data=html)
+            self._last_push = loop.time()
+
+    # -- database ------------------------------------------------------------------------
+
+    @_db
+    def _fetch_owned(self, user_id: int) -> bool:
+        return AgentSession.objects.filter(pk=self.session_id, owner_id=user_id).exists()
+
+    @_db
+    def _fetch_fragments(self, names: frozenset[str], key: object,
+                         event: dict[str, Any] | None) -> str | None:
+        # Run events carry per-run progress, so they are not shared through the cache.
+        return fragments.push_html(self.session_id, names, key=None if event else key, event=event)
+
+    @_db
+    def _fetch_catch_up(self, after: int, messages: int) -> str | None:
+        session = AgentSession.objects.filter(pk=self.session_id).values("turns_count", "messages_count").first()
+        if session is None:
+            return None
+        # The counters and the run panel always (they are small, and a run may
+        # have finished meanwhile); the rest only when the cursor is behind.
+        names = set(fragments.KINDS["run"])
+        if session["turns_count"] > after:
+            names |= set(fragments.KINDS["all"])
+        elif session["messages_count"] != messages:
+            names |= set(fragments.KINDS["messages"])
+        return fragments.push_html(self.session_id, names)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,69 @@
+"""The summary diff viewer: one version against the previous one, section by
+section and word by word, with lost identifiers and possibly invented sentences
+flagged, and the size of every version."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.decorators import login_required
+from django.db.models.functions import Length
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from contextlab.dashboard.fragments import first_text
+from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
+from contextlab.lib import summary_diff
+from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion
+
+SIZE_BARS = 80  # versions drawn in the size chart (the newest)
+SOURCE_CHARS = 200_000  # of one source message, for the support check
+
+
+def _sources(session: AgentSession, version: SummaryVersion) -> list[str]:
+    """What version K may draw on: the messages compacted into it, as ingested."""
+    ids = list(version.compacted_ids or [])
+    texts = []
+    for content in SessionMessage.objects.filter(session=session, message_id__in=ids).order_by().values_list("content",
+                                                                                                 flat=True):
+        texts.append(first_text(content)[:SOURCE_CHARS])
+    return texts
+
+
+@require_GET
+@login_required
+def session_summaries(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
+    session = session_for_user(request, session_id)
+    sizes = list(session.summary_versions.order_by("version")
+                 .annotate(chars=Length("text")).values("version", "turn", "chars", "compactor", "fallback"))
+    context: dict[str, Any] = {"session": session, "versions": sizes, "current": None}
+    if not sizes:
+        return render(request, "sessions/summaries.html", context)
+    raw = request.GET.get("v", "")
+    number = int(raw) if raw.isdigit() else sizes[-1]["version"]
+    current = session.summary_versions.filter(version=number).first()
+    if current is None:
+        raise Http404("No such summary version")
+    previous = session.summary_versions.filter(version__lt=number).order_by("-version").first()
+    old_text = previous.text if previous else ""
+    sources = _sources(session, current) + ([old_text] if old_text else [])
+    biggest = max(s["chars"] for s in sizes) or 1
+    shown = sizes[-SIZE_BARS:]
+    context.update({
+        "current": current,
+        "previous": previous,
+        "sections": summary_diff.section_diffs(old_text, current.text),
+        "lost": summary_diff.lost_identifiers(old_text, current.text) if previous else [],
+        "unsupported": summary_diff.unsupported_sentences(current.text, sources),
+        "source_count": len(current.compacted_ids or []),
+        "size": summary_diff.size_of(current.text),
+        "previous_size": summary_diff.size_of(old_text) if previous else None,
+        "delta_chars": len(current.text) - len(old_text),
+        "bars": [{**s, "percent": round(100 * s["chars"] / biggest, 1)} for s in shown],
+        "bars_clipped": len(sizes) - len(shown),
+        "growth": round(current_chars / first_chars, 1)
+        if (first_chars := sizes[0]["chars"]) and (current_chars := len(current.text)) else None,
+    })
+    return render(request, "sessions/summaries.html", context)

@@ -1,0 +1,3 @@
+"""Pure helpers for the dashboard (no Django): diffs, the decision flow, safe text."""
+
+from __future__ import annotations

@@ -1,0 +1,274 @@
+"""Diffs of successive summary versions, and the checks a reviewer needs.
+
+Three questions a reader of summary vK asks, answered without an LLM:
+
+* what changed since v(K-1)? A diff per section (``split_sections`` lines the
+  two versions up by heading) and word by word inside each section;
+* what exact detail was lost? Identifiers (paths, URLs, numbers, commands in
+  backticks, ids, error lines) present in v(K-1) and absent from vK;
+* what may have been invented? Sentences of vK whose significant words mostly
+  appear in no source: neither the messages compacted into vK nor v(K-1).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from contextlab.engine.validity import split_sections
+
+Op = tuple[str, str]  # ("equal" | "insert" | "delete", text)
+
+# Han, kana and full-width forms carry a word per character; everything else
+# is split on whitespace, so a path or a number stays one token.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+_TOKEN = re.compile(rf"\s+|[{_CJK}]|[^\s{_CJK}]+")
+
+
+def tokens(text: str) -> list[str]:
+    """Whitespace runs, CJK characters and other runs; ``"".join(tokens(t)) == t``."""
+    return _TOKEN.findall(text)
+
+
+def word_diff(old: str, new: str) -> list[Op]:
+    """Word-level diff from ``old`` to ``new`` as (op, text) runs.
+
+    Joining the "equal" and "insert" runs gives ``new`` back exactly; joining
+    "equal" and "delete" gives ``old``.
+    """
+    a, b = tokens(old), tokens(new)
+    ops: list[Op] = []
+
+    def put(op: str, chunk: Sequence[str]) -> None:
+        text = "".join(chunk)
+        if not text:
+            return
+        if ops and ops[-1][0] == op:
+            ops[-1] = (op, ops[-1][1] + text)
+        else:
+            ops.append((op, text))
+
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            put("equal", a[i1:i2])
+        else:
+            # A replacement reads best as "what went, then what came".
+            put("delete", a[i1:i2])
+            put("insert", b[j1:j2])
+    return ops
+
+
+def apply_target(ops: Iterable[Op]) -> str:
+    return "".join(text for op, text in ops if op != "delete")
+
+
+def apply_source(ops: Iterable[Op]) -> str:
+    return "".join(text for op, text in ops if op != "insert")
+
+
+# -- identifiers -----------------------------------------------------------------------
+
+_URL = re.compile(r"https?://[^\s<>\"'`)\]}]+")
+_PATH = re.compile(
+    r"(?<![\w/.~-])(?:~|\.{1,2})?/(?:[\w.@%+-]+/)*[\w.@%+-]+"  # /abs, ./rel, ~/home
+    r"|(?<![\w/.-])[\w.-]+(?:/[\w.@%+-]+)+\.[A-Za-z0-9]{1,8}\b"  # src/app/main.py
+    r"|[A-Za-z]:\\[^\s`'\"]+"  # C:\Windows\path
+)
+_CODE = re.compile(r"`([^`\n]{2,200})`")
+_NUMBER = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)+|\d{2,})(?![\w])")
+_HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
+_ERROR_LINE = re.compile(
+    r"\b[A-Z]\w*(?:Error|Exception)\b|\bTraceback\b|\b(?:error|failed|fatal|denied|refused|timed out)\b"
+    r"|错误|失败|异常|报错",
+    re.IGNORECASE,
+)
+_TRAILING = ".,;:!?)]}'\"。，；：！？）"
+
+
+@dataclass(frozen=True, slots=True)
+class Identifier:
+    kind: str  # url | path | code | number | id | error
+    value: str
+
+
+def _add(found: dict[tuple[str, str], Identifier], kind: str, value: str) -> None:
+    value = value.strip().rstrip(_TRAILING).strip()
+    if len(value) >= 2 and (kind, value) not in found:
+        found[(kind, value)] = Identifier(kind, value)
+
+
+def identifiers(text: str) -> list[Identifier]:
+    """The exact details a summary must keep, in order of appearance."""
+    found: dict[tuple[str, str], Identifier] = {}
+    for line in text.split("\n"):
+        body = line.strip()
+        if not body or body.startswith("#"):
+            continue
+        if _ERROR_LINE.search(body):
+            # The error as written, without the bullet and label in front.
+            error = re.sub(r"^(?:[-*+]\s+|\d+[.)]\s+|\[[ xX]\]\s+)*", "", body)
+            _add(found, "error", error[:160])
+        rest = body
+        for match in _URL.finditer(rest):
+            _add(found, "url", match.group())
+        rest = _URL.sub(" ", rest)
+        for match in _CODE.finditer(rest):
+            _add(found, "code", match.group(1))
+        for match in _PATH.finditer(rest):
+            _add(found, "path", match.group())
+        rest = _PATH.sub(" ", rest)
+        for match in _HEX_ID.finditer(rest):
+            _add(found, "id", match.group())
+        rest = _HEX_ID.sub(" ", rest)
+        for match in _NUMBER.finditer(rest):
+            _add(found, "number", match.group())
+    return list(found.values())
+
+
+def _present(ident: Identifier, text: str) -> bool:
+    if ident.value in text:
+        return True
+    if ident.kind == "number" and "," in ident.value:
+        return ident.value.replace(",", "") in text
+    if ident.kind == "number":
+        # 12800 written as 12,800 in the newer version is not a loss.
+        grouped = f"{int(ident.value):,}" if ident.value.isdigit() else ident.value
+        return grouped in text
+    return False
+
+
+def lost_identifiers(old: str, new: str) -> list[Identifier]:
+    """Identifiers of ``old`` that ``new`` no longer contains (as text, anywhere)."""
+    return [ident for ident in identifiers(old) if not _present(ident, new)]
+
+
+# -- support -----------------------------------------------------------------------
+
+# Words that carry no fact: function words, and the vocabulary every summary
+# uses for its own structure (a sentence is not supported by "goal" or "done").
+_STOPWORD_TEXT = """
+a an and are as at be been but by can could did do does for from had has have he her his how i if in into is it
+its may might more most must no nor not of on or our out over own she should so some such than that the their them
+then there these they this those through to too under until up very was we were what when where which while who
+why will with would you your yes also any all each both few just only same other about above after again against
+before below between during once here further because being having doing off now new
+goal goals constraint constraints preference preferences progress done blocked decision decisions next step steps
+critical context key none user assistant request requested asked later summary conversation earlier message
+messages tool tools call calls result results file files command commands output outputs work working task tasks
+"""
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+_WORD = re.compile(rf"[^\W_]+|[{_CJK}]+")
+_CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])|(?<=[。！？])")
+_BULLET = re.compile(r"^(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?")
+_EMPTY_BODIES = {"(none)", "none", "n/a", "（无）", "无", "-"}
+
+
+def significant_words(text: str) -> set[str]:
+    """Lower-cased content words (3+ letters, or with a digit), and CJK character pairs."""
+    words: set[str] = set()
+    for match in _WORD.finditer(text.lower()):
+        word = match.group()
+        if _CJK_RUN.match(word):
+            words.update(word[i:i + 2] for i in range(max(1, len(word) - 1)))
+        elif (len(word) >= 3 or any(c.isdigit() for c in word)) and word not in _STOPWORDS:
+            words.add(word)
+    return words
+
+
+def sentences(text: str) -> list[tuple[str, str]]:
+    """(section heading, sentence) for every statement of a summary, bullets included."""
+    found: list[tuple[str, str]] = []
+    for heading, body in split_sections(text).items():
+        in_fence = False
+        for line in body.split("\n"):
+            stripped = line.strip()
+            if stripped.startswith(("```", "~~~")):
+                in_fence = not in_fence
+                continue
+            if in_fence or not stripped or stripped.startswith("#"):
+                continue
+            stripped = _BULLET.sub("", stripped)
+            if stripped.lower() in _EMPTY_BODIES:
+                continue
+            for part in _SENTENCE_END.split(stripped):
+                if part.strip():
+                    found.append((heading, part.strip()))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    section: str
+    sentence: str
+    support: float  # share of the sentence's significant words found in a source
+    missing: list[str] = field(default_factory=list)
+
+
+def unsupported_sentences(summary: str, sources: Iterable[str], *, min_support: float = 0.34,
+                          min_words: int = 2) -> list[Unsupported]:
+    """Sentences of ``summary`` whose significant words mostly appear in no source.
+
+    A sentence with fewer than ``min_words`` significant words says too little
+    to judge and is never flagged. The threshold is deliberately low: the point
+    is to catch statements with nothing behind them (an invented user request),
+    not paraphrase.
+    """
+    vocabulary: set[str] = set()
+    for source in sources:
+        vocabulary |= significant_words(source)
+    flagged: list[Unsupported] = []
+    for section, sentence in sentences(summary):
+        words = significant_words(sentence)
+        if len(words) < min_words:
+            continue
+        found = words & vocabulary
+        support = len(found) / len(words)
+        if support < min_support:
+            flagged.append(Unsupported(section, sentence, round(support, 2), sorted(words - found)))
+    return flagged
+
+
+# -- per section -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SectionDiff:
+    heading: str
+    status: str  # same | changed | added | removed
+    ops: list[Op]
+    lost: list[Identifier]
+
+
+def section_diffs(old: str, new: str) -> list[SectionDiff]:
+    """Each section of ``new`` (in its order, then sections only ``old`` has) against ``old``."""
+    before = split_sections(old) if old else {}
+    after = split_sections(new)
+    result: list[SectionDiff] = []
+    for heading in [*after, *(h for h in before if h not in after)]:
+        old_body, new_body = before.get(heading), after.get(heading)
+        if old_body is None:
+            status = "added"
+        elif new_body is None:
+            status = "removed"
+        else:
+            status = "same" if old_body == new_body else "changed"
+        ops = word_diff(old_body or "", new_body or "")
+        lost = lost_identifiers(old_body, new or "") if old_body else []
+        result.append(SectionDiff(heading or "(before the first heading)", status, ops, lost))
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    chars: int
+    words: int
+    lines: int
+
+
+def size_of(text: str) -> Size:
+    return Size(chars=len(text), words=sum(1 for t in tokens(text) if not t.isspace()),
+                lines=text.count("\n") + 1 if text else 0)

@@ -1,0 +1,162 @@
+/* The session page: live state over the websocket, the tokens chart, the turn selection.
+ *
+ * The server pushes whole fragments (htmx out-of-band swaps through the ws
+ * extension); this script only
+ *   - sends the page's cursor when the socket (re)opens, so it catches up,
+ *   - pings every 30 s, so the server keeps it in the session's group,
+ *   - draws the chart from the JSON the chart fragment carries,
+ *   - marks the turn the flow panel shows in the turn list.
+ */
+(function () {
+  "use strict";
+  if (!document.getElementById("live-socket")) return;
+
+  var socket = null;
+  var PING_MS = 30000;
+
+  function setState(state, text) {
+    var el = document.getElementById("live-state");
+    if (el) { el.dataset.state = state; el.textContent = text; }
+  }
+
+  function cursor() {
+    var stats = document.getElementById("stats");
+    return {
+      type: "catch_up",
+      after: Number(stats ? stats.dataset.turns : 0),
+      messages: Number(stats ? stats.dataset.messages : 0)
+    };
+  }
+
+  document.body.addEventListener("htmx:wsOpen", function (event) {
+    socket = event.detail.socketWrapper;
+    setState("live", "live");
+    socket.send(JSON.stringify(cursor()));
+  });
+  document.body.addEventListener("htmx:wsClose", function (event) {
+    var code = event.detail.event && event.detail.event.code;
+    setState("offline", code >= 4000 ? "not allowed" : "reconnecting");
+  });
+  document.body.addEventListener("htmx:wsError", function () { setState("offline", "reconnecting"); });
+  setInterval(function () {
+    if (socket) socket.send(JSON.stringify({ type: "ping" }));
+  }, PING_MS);
+
+  /* -- chart ------------------------------------------------------------------- */
+
+  var plot = null;
+  var drawn = null;
+
+  function chartData() {
+    var el = document.getElementById("chart-data");
+    if (!el) return null;
+    try { return JSON.parse(el.dataset.chart); } catch (e) { return null; }
+  }
+
+  function css(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+
+  function drawCompactions(u) {
+    var data = u._contextlab;
+    if (!data || !data.compactions) return;
+    var ctx = u.ctx;
+    var color = css("--compaction") || "#d9480f";
+    ctx.save();
+    ctx.setLineDash([]);
+    ctx.strokeStyle = color;
+    ctx.fillStyle = color;
+    ctx.lineWidth = 2 * devicePixelRatio;
+    ctx.font = (11 * devicePixelRatio) + "px system-ui, sans-serif";
+    var lastLabel = -Infinity;
+    data.compactions.forEach(function (c) {
+      var x = u.valToPos(c.turn, "x", true);
+      var y1 = u.valToPos(c.before, "y", true);
+      var y2 = u.valToPos(c.after, "y", true);
+      if (!isFinite(x) || !isFinite(y1) || !isFinite(y2)) return;
+      ctx.beginPath(); ctx.moveTo(x, y1); ctx.lineTo(x, y2); ctx.stroke();
+      var h = 5 * devicePixelRatio;
+      ctx.beginPath(); ctx.moveTo(x, y2); ctx.lineTo(x - h, y2 - h); ctx.lineTo(x + h, y2 - h); ctx.closePath(); ctx.fill();
+      // Version labels only where they do not run into each other.
+      if (c.version && x - lastLabel > 34 * devicePixelRatio) {
+        ctx.fillText("v" + c.version, x + 3 * devicePixelRatio, y1 - 4 * devicePixelRatio);
+        lastLabel = x;
+      }
+    });
+    ctx.restore();
+  }
+
+  // The numbers under the cursor (or of the newest turn), in the card's head.
+  function readout(u) {
+    var el = document.getElementById("chart-readout");
+    var data = u ? u._contextlab : chartData();
+    if (!el || !data || !data.turns.length) return;
+    var i = u && u.cursor.idx != null ? u.cursor.idx : data.turns.length - 1;
+    el.textContent = "turn " + data.turns[i] + " · before " + data.before[i].toLocaleString() +
+      " · sent " + data.sent[i].toLocaleString() + " · threshold " + data.threshold[i].toLocaleString();
+  }
+
+  function size() {
+    var box = document.getElementById("chart-canvas");
+    return { width: Math.max(320, box.clientWidth), height: 240 };
+  }
+
+  function draw() {
+    var data = chartData();
+    if (!data || typeof uPlot === "undefined") return;
+    if (drawn === data.version && plot) return;
+    drawn = data.version;
+    var series = [data.turns, data.before, data.sent, data.threshold];
+    if (plot) {
+      plot._contextlab = data;
+      plot.setData(series);
+      readout(null);
+      return;
+    }
+    var box = document.getElementById("chart-canvas");
+    if (!data.turns.length) { box.classList.add("is-empty"); return; }
+    box.classList.remove("is-empty");
+    var fmt = function (u, values) { return values.map(function (v) { return v == null ? "" : v.toLocaleString(); }); };
+    plot = new uPlot({
+      width: size().width,
+      height: size().height,
+      scales: { x: { time: false } },
+      legend: { show: false },
+      cursor: { drag: { x: true, y: false } },
+      axes: [
+        { label: "turn", values: fmt },
+        { label: "tokens", size: 64, values: fmt }
+      ],
+      series: [
+        { label: "turn", value: function (u, v) { return v == null ? "" : "#" + v; } },
+        { label: "before the hook", stroke: css("--chart-before") || "#8a94a8", width: 1.5, dash: [5, 4],
+          value: function (u, v) { return v == null ? "" : v.toLocaleString(); } },
+        { label: "sent", stroke: css("--accent") || "#2f5bd3", width: 2, fill: "rgba(47, 91, 211, 0.08)",
+          value: function (u, v) { return v == null ? "" : v.toLocaleString(); } },
+        { label: "threshold", stroke: css("--danger") || "#c0392b", width: 1, dash: [8, 5], points: { show: false },
+          value: function (u, v) { return v == null ? "" : v.toLocaleString(); } }
+      ],
+      hooks: { draw: [drawCompactions], setCursor: [readout] }
+    }, series, box);
+    // Read by the draw hook, which first runs after this (uPlot commits later).
+    plot._contextlab = data;
+    readout(null);
+  }
+
+  window.addEventListener("resize", function () { if (plot) plot.setSize(size()); });
+
+  /* -- the selected turn --------------------------------------------------------- */
+
+  function markSelected() {
+    var shown = document.querySelector("#flow-panel [data-turn]");
+    var number = shown ? shown.dataset.turn : "";
+    document.querySelectorAll("tr.turn-row").forEach(function (row) {
+      row.classList.toggle("is-selected", row.dataset.turn === number);
+    });
+  }
+
+  function refresh() { draw(); markSelected(); }
+  document.body.addEventListener("htmx:afterSettle", refresh);
+  document.body.addEventListener("htmx:wsAfterMessage", refresh);
+  refresh();
+})();

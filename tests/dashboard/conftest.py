@@ -1,0 +1,40 @@
+"""Fixtures of the dashboard tests: logged-in clients and sessions with history."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from contextlab.sessions import services
+from tests.conversations import answer, tool_turn
+
+
+@pytest.fixture
+def alice_client(alice) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def bob_client(bob) -> Client:
+    client = Client()
+    client.force_login(bob)
+    return client
+
+
+def work(session, turns: int, *, first: int = 1, output_bytes: int = 1_500) -> None:
+    """``turns`` tool exchanges, each followed by a hook run, like an agent would."""
+    for i in range(first, first + turns):
+        services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
+                                                            *tool_turn(i, output_bytes=output_bytes)])
+        services.session_prepare(session=session)
+    session.refresh_from_db()
+
+
+@pytest.fixture
+def worked_session(alice_session):
+    """Twelve turns on the small profile: stage-1 and stage-2 cuts and several compactions."""
+    work(alice_session, 12)
+    assert alice_session.compactions_count >= 2
+    return alice_session

@@ -1,0 +1,74 @@
+"""Manual compaction from the session page: preview, start in the background, one at a time."""
+
+from __future__ import annotations
+
+from contextlab.sessions import services
+from contextlab.sessions.models import CompactionRun
+from tests.conversations import answer, tool_turn
+
+
+def _url(session, rest):
+    return f"{session.get_absolute_url()}{rest}"
+
+
+def test_it_previews_the_split(alice_client, worked_session):
+    preview = services.compaction_preview(session=worked_session)
+    page = alice_client.get(_url(worked_session, "compaction/preview/")).content.decode()
+    assert f"{len(preview['compact_ids']):,} message" in page
+    assert f"{preview['kept_tokens']:,} tokens" in page
+    assert "Would be compacted" in page and "Would be kept" in page
+
+
+def test_it_starts_a_run_in_the_background_and_disables_the_button(alice_client, worked_session,
+                                                                   django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = alice_client.post(_url(worked_session, "compaction/"), {"instruction": "keep every path"},
+                                     headers={"HX-Request": "true"})
+    assert response.status_code == 202
+    run = CompactionRun.objects.get(session=worked_session)
+    assert run.status == "queued" and run.instruction == "keep every path"
+    assert callbacks, "the job is handed to the job runner after the commit"
+    page = response.content.decode()
+    assert page.lstrip().startswith('<div id="compaction"')
+    assert 'id="compact-button" disabled' in page
+    assert f'data-run="{run.pk}" data-status="queued"' in page
+
+
+def test_it_works_without_javascript_too(alice_client, worked_session):
+    response = alice_client.post(_url(worked_session, "compaction/"), {"instruction": ""})
+    assert response.status_code == 302
+    assert response["Location"] == f"{worked_session.get_absolute_url()}#compaction-card"
+    assert CompactionRun.objects.filter(session=worked_session, status="queued").exists()
+
+
+def test_it_refuses_a_second_run_while_one_is_queued(alice_client, worked_session):
+    alice_client.post(_url(worked_session, "compaction/"))
+    response = alice_client.post(_url(worked_session, "compaction/"), headers={"HX-Request": "true"})
+    assert response.status_code == 409
+    assert "wait for it to finish" in response.content.decode()
+    assert CompactionRun.objects.filter(session=worked_session).count() == 1
+
+
+def test_it_shows_the_result_once_the_run_is_done(alice_client, worked_session):
+    # A new request: what came before it can be compacted by hand.
+    services.messages_append(session=worked_session, messages=[answer(12), *tool_turn(13, output_bytes=300)])
+    alice_client.post(_url(worked_session, "compaction/"))
+    run = CompactionRun.objects.get(session=worked_session)
+    assert services.compaction_work(run_id=run.pk) == "done"
+    run.refresh_from_db()
+    page = alice_client.get(worked_session.get_absolute_url()).content.decode()
+    panel = page[page.index('<div id="compaction"'):page.index('id="compaction-preview"')]
+    assert f'data-run="{run.pk}" data-status="done"' in panel
+    assert f"turns/{run.turn_number}/" in panel
+    assert 'id="compact-button" disabled' not in panel
+    # The manual turn is a turn like the others, with its flow.
+    assert 'data-outcome="compacted"' in alice_client.get(
+        _url(worked_session, f"inspect/?turn={run.turn_number}")).content.decode()
+
+
+def test_it_refuses_a_session_being_imported(alice_client, worked_session):
+    worked_session.status = "importing"
+    worked_session.save(update_fields=["status"])
+    response = alice_client.post(_url(worked_session, "compaction/"))
+    assert response.status_code == 409
+    assert "still being imported" in response.content.decode()

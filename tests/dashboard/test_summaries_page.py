@@ -1,0 +1,74 @@
+"""The summary diff viewer."""
+
+from __future__ import annotations
+
+from contextlab.sessions.models import SessionMessage, SummaryVersion
+
+V1 = """## Goal
+- Fix the nightly build of /srv/app
+
+## Constraints & Preferences
+- (none)
+
+## Progress
+### Done
+- Read /srv/app/config/settings.yaml: port 8443
+
+## Key Decisions
+- (none)
+
+## Next Steps
+- Restart the worker
+
+## Critical Context
+- settings at /srv/app/config/settings.yaml
+"""
+V2 = (V1.replace("- Read /srv/app/config/settings.yaml: port 8443", "- Read the settings")
+        .replace("- settings at /srv/app/config/settings.yaml", "- settings were read")
+        .replace("- Restart the worker", "- Restart the worker\n- The user asked to wipe the billing tables"))
+
+
+def _versions(session):
+    ids = list(SessionMessage.objects.filter(session=session).order_by("seq").values_list("message_id", flat=True))
+    SummaryVersion.objects.filter(session=session).delete()
+    SummaryVersion.objects.create(session=session, version=1, text=V1, turn=3, compactor="extractive",
+                                  compacted_ids=ids[:4])
+    SummaryVersion.objects.create(session=session, version=2, text=V2, turn=6, compactor="openai",
+                                  compacted_ids=ids[4:8])
+
+
+def test_it_says_when_there_is_no_summary(alice_client, alice_session):
+    page = alice_client.get(f"{alice_session.get_absolute_url()}summaries/").content.decode()
+    assert "No summary yet" in page
+
+
+def test_it_flags_a_removed_path_and_an_invented_sentence(alice_client, worked_session):
+    _versions(worked_session)
+    page = alice_client.get(f"{worked_session.get_absolute_url()}summaries/").content.decode()
+    assert "v2</h2>" in page or "v2 against v1" in page
+    lost = page[page.index('id="lost"'):page.index('id="unsupported"')]
+    assert "/srv/app/config/settings.yaml" in lost and 'data-kind="path"' in lost
+    assert "8443" in lost
+    unsupported = page[page.index('id="unsupported"'):]
+    assert "The user asked to wipe the billing tables" in unsupported
+    assert "<del>" in page and "<ins>" in page
+    assert 'data-section="## Critical Context"' in page
+
+
+def test_it_shows_the_first_version_against_nothing(alice_client, worked_session):
+    _versions(worked_session)
+    page = alice_client.get(f"{worked_session.get_absolute_url()}summaries/", {"v": 1}).content.decode()
+    assert "the first version" in page
+    assert "The first version has nothing to lose" in page
+
+
+def test_it_draws_the_size_of_every_version(alice_client, worked_session):
+    page = alice_client.get(f"{worked_session.get_absolute_url()}summaries/").content.decode()
+    versions = list(worked_session.summary_versions.values_list("version", flat=True))
+    assert page.count('class="bar') >= len(versions)
+    for version in versions:
+        assert f"v{version}: " in page
+
+
+def test_it_404s_a_missing_version(alice_client, worked_session):
+    assert alice_client.get(f"{worked_session.get_absolute_url()}summaries/", {"v": 99}).status_code == 404
