@@ -13,7 +13,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the apps loa
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-websocket_urlpatterns: list[object] = []
+from contextlab.dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -21,3 +21,12 @@ application = ProtocolTypeRouter(
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# Embedded mode: the job pool and the beat scheduler live in this process, the
+# only one that can reach the in-memory channel layer. Started here, once per
+# server process, rather than in AppConfig.ready (which every management
+# command runs too). A no-op in scaled mode, where `celery worker` and
+# `celery beat` are processes of their own.
+from contextlab.jobs import start_embedded  # noqa: E402
+
+start_embedded()

@@ -46,13 +46,25 @@ def _in_memory_layer(layer: Any) -> bool:
     return type(layer).__name__ == "InMemoryChannelLayer"
 
 
-def publish(group: str, event: dict[str, Any]) -> None:
+def publish(group: str, event: dict[str, Any], *, coalesce: str | None = None) -> None:
     """Send ``event`` (a dict with a dotted ``type``) to every consumer in ``group``.
 
     Safe to call from request threads, job threads and the event loop itself.
     A failure to deliver is logged, never raised: the database row the event
     describes is the source of truth, and pages catch up from it on reconnect.
+
+    With ``coalesce`` (a key such as ``"gauge"``), events of that key in that
+    group go out at most every ``COALESCE_SECONDS``: the first at once, then the
+    latest one at the end of each interval. Only for full-state events, where
+    the latest makes the ones it replaces useless.
     """
+    if coalesce is not None:
+        _coalescer.offer(group, coalesce, event)
+        return
+    _send(group, event)
+
+
+def _send(group: str, event: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
@@ -73,3 +85,69 @@ def publish(group: str, event: dict[str, Any]) -> None:
             async_to_sync(layer.group_send)(group, event)
     except Exception:  # a page update must never break the work it reports on
         log.exception("could not publish %s to %s", event.get("type"), group)
+
+
+# At most ten full-state updates a second per group and key: a page cannot show
+# more, and the in-memory layer drops the newest events of a channel whose 100
+# (here 1,000) slots are full, so a burst must not fill them.
+COALESCE_SECONDS = 0.1
+
+
+class _Coalescer:
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], float] = {}
+        self._pending: dict[tuple[str, str], dict[str, Any]] = {}
+        self._timers: dict[tuple[str, str], threading.Timer] = {}
+
+    def offer(self, group: str, key: str, event: dict[str, Any]) -> None:
+        slot = (group, key)
+        now = time.monotonic()
+        with self._lock:
+            wait = self._last.get(slot, -self.interval) + self.interval - now
+            if wait <= 0 and slot not in self._timers:
+                self._last[slot] = now
+                self._forget_old(now)
+                send_now = True
+            else:
+                # The newest state replaces one still waiting; one timer per slot.
+                self._pending[slot] = event
+                if slot not in self._timers:
+                    timer = threading.Timer(max(wait, 0.0), self._flush, args=(slot,))
+                    timer.daemon = True
+                    self._timers[slot] = timer
+                    timer.start()
+                send_now = False
+        if send_now:
+            _send(group, event)
+
+    def _flush(self, slot: tuple[str, str]) -> None:
+        with self._lock:
+            event = self._pending.pop(slot, None)
+            self._timers.pop(slot, None)
+            self._last[slot] = time.monotonic()
+        if event is not None:
+            _send(slot[0], event)
+
+    def _forget_old(self, now: float) -> None:
+        # Keep the table small in a long-lived process with many sessions.
+        if len(self._last) > 1_000:
+            for slot in [s for s, t in self._last.items() if now - t > self.interval and s not in self._timers]:
+                del self._last[slot]
+
+    def flush_all(self) -> None:
+        """Send every waiting event now (tests, and a process about to exit)."""
+        with self._lock:
+            slots = list(self._timers)
+            for slot in slots:
+                self._timers[slot].cancel()
+        for slot in slots:
+            self._flush(slot)
+
+
+_coalescer = _Coalescer(COALESCE_SECONDS)
+
+
+def flush() -> None:
+    _coalescer.flush_all()

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.getenv("CONTEXTLAB_VAR_DIR", BASE_DIR / "var"))
@@ -52,6 +53,9 @@ INSTALLED_APPS = [
     "contextlab.core",
     "contextlab.sessions",
     "contextlab.api",
+    "contextlab.gateway",
+    "contextlab.dashboard",
+    "contextlab.insights",
 ]
 
 MIDDLEWARE = [
@@ -124,6 +128,75 @@ else:
     CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
     }
+
+# -- background jobs (Celery) --------------------------------------------------------------
+# Embedded mode (no REDIS_URL): no broker process. A job runs on a small thread
+# pool inside the web process (contextlab.jobs.enqueue) and the beat scheduler is
+# a thread of that process (started from contextlab/asgi.py), so what they
+# publish reaches the in-memory channel layer, which exists only in that process.
+# Scaled mode (REDIS_URL and DATABASE_URL): Redis is the broker; `celery worker`
+# and `celery beat` are processes of their own (see the Procfile).
+CONTEXTLAB_JOBS_MODE = "scaled" if REDIS_URL else "embedded"
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+# The run rows are the results the pages read; Celery keeps none.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_DEFAULT_QUEUE = os.getenv("CONTEXTLAB_CELERY_QUEUE", "contextlab")
+# Acknowledge a job when it ends, not when it starts: when the process running
+# it dies, Redis still holds it and it is run again. The run row and a database
+# lock (contextlab.jobs.hold_run) make a second run of the same job safe.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Every key the broker writes starts with this prefix, so two deployments (or two
+# test runs) can share one Redis without taking each other's jobs.
+REDIS_PREFIX = os.getenv("CONTEXTLAB_REDIS_PREFIX", "")
+if REDIS_PREFIX:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": REDIS_PREFIX}
+if REDIS_URL:
+    # redis-py 8 gives up reading a socket after 5 s by default: exactly how long
+    # channels-redis blocks waiting for a quiet page's next event (BZPOPMIN). The
+    # two race, the read loses now and then, and the page's socket is closed. A
+    # read timeout well above the 5 s wait keeps idle pages connected.
+    CHANNEL_LAYERS["default"]["CONFIG"] = {
+        "hosts": [{"address": REDIS_URL, "socket_timeout": envint("CONTEXTLAB_REDIS_READ_TIMEOUT", "30")}],
+        "prefix": f"{REDIS_PREFIX}asgi" if REDIS_PREFIX else "asgi",
+    }
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Seconds between two sweeps for runs whose worker died (see services.runs_reap).
+CONTEXTLAB_REAP_SECONDS = envint("CONTEXTLAB_REAP_SECONDS", "30")
+# A run still queued after this many minutes is failed by the sweep: its job was
+# lost (Redis lost its data) or no worker is running.
+CONTEXTLAB_QUEUED_MINUTES = envint("CONTEXTLAB_QUEUED_MINUTES", "30")
+# Daily notes of this many days (the day that ended included) go into MEMORY.md.
+CONTEXTLAB_MEMORY_DAYS = envint("CONTEXTLAB_MEMORY_DAYS", "7")
+CELERY_BEAT_SCHEDULE = {
+    "prune-expired-files": {
+        "task": "contextlab.sessions.tasks.prune_expired_files",
+        "schedule": crontab(minute=int(os.getenv("CONTEXTLAB_PRUNE_MINUTE", "30")),
+                            hour=int(os.getenv("CONTEXTLAB_PRUNE_HOUR", "3"))),
+    },
+    # Every quarter hour, on the quarter: consolidation runs for the profiles
+    # whose local midnight fell in the quarter that just ended (every UTC offset
+    # in use is a whole number of quarter hours).
+    "consolidate-memory": {
+        "task": "contextlab.sessions.tasks.consolidate_memory",
+        "schedule": crontab(minute="0,15,30,45"),
+    },
+    "reap-stale-runs": {
+        "task": "contextlab.sessions.tasks.reap_stale_runs",
+        "schedule": float(CONTEXTLAB_REAP_SECONDS),
+    },
+}
+# Threads of the embedded job pool: compactions mostly wait for the LLM.
+CONTEXTLAB_JOB_THREADS = envint("CONTEXTLAB_JOB_THREADS", "2")
+# The embedded beat thread starts with the ASGI application. Under pytest it
+# stays off unless asked for, so no periodic job touches a test database.
+CONTEXTLAB_EMBEDDED_BEAT = envbool("CONTEXTLAB_EMBEDDED_BEAT", "false" if os.getenv("PYTEST_VERSION") else "true")
 
 # Where session workspaces (dialog/, tool_result/, ...) live.
 WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspaces"))

@@ -32,6 +32,8 @@ def _errors(*codes: int) -> dict[str, Any]:
 SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 
 _INT = {"type": "integer"}
+# Ids, numbers and offsets a client sends: the databases store 64-bit integers.
+_INT64 = {"type": "integer", "format": "int64"}
 _STR = {"type": "string"}
 _NULL_INT = {"type": "integer", "nullable": True}
 _NULL_STR = {"type": "string", "nullable": True}
@@ -164,6 +166,18 @@ SCHEMAS: dict[str, Any] = {
                        "threshold": _INT, "reserve": _INT},
         "additionalProperties": True,
     },
+    "Hit": {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": ["dialog", "externalized", "tool_result", "memory"]},
+            "location": {**_STR, "description": "workspace file, with :line for the archive, offloaded "
+                                                "output and memory notes"},
+            "message_id": _NULL_STR,
+            "seq": {**_NULL_INT, "description": "the message's position in the session, when known"},
+            "snippet": _STR,
+            "score": {"type": "number"},
+        },
+    },
     "ProfileSettings": {
         "type": "object",
         "description": "knob values (names as in Profile); omitted knobs take their defaults",
@@ -193,11 +207,11 @@ def schema(server_url: str) -> dict[str, Any]:
                 "get": {
                     "summary": "Your sessions, most recently active first",
                     "parameters": [
-                        {"name": "profile", "in": "query", "schema": _INT, "description": "only this profile id"},
+                        {"name": "profile", "in": "query", "schema": _INT64, "description": "only this profile id"},
                         {"name": "failed", "in": "query", "schema": {"type": "boolean"},
                          "description": "only sessions that had a failed or fallback summary"},
                         {"name": "limit", "in": "query", "schema": {**_INT, "minimum": 1, "maximum": 200}},
-                        {"name": "offset", "in": "query", "schema": {**_INT, "minimum": 0}},
+                        {"name": "offset", "in": "query", "schema": {**_INT64, "minimum": 0}},
                     ],
                     "responses": {"200": _json({"type": "object", "properties": {
                         "sessions": {"type": "array", "items": _ref("Session")}, "count": _INT,
@@ -260,20 +274,31 @@ def schema(server_url: str) -> dict[str, Any]:
                 "post": {
                     "summary": "Manual compaction, or its preview",
                     "requestBody": {"content": {"application/json": {"schema": {
-                        "type": "object", "properties": {"instruction": _NULL_STR,
-                                                         "preview": {"type": "boolean", "default": False}}}}}},
+                        "type": "object", "properties": {
+                            "instruction": _NULL_STR,
+                            "preview": {"type": "boolean", "default": False},
+                            "background": {"type": "boolean", "default": False,
+                                           "description": "answer 202 at once and run it as a background job; "
+                                                          "follow it with GET /sessions/{id}/runs/{run_id}"}}}}}},
+                    # Each branch names its keys, so an answer matches exactly one.
                     "responses": {"200": _json({"oneOf": [
-                        {"type": "object", "properties": {"preview": _ref("SplitPreview")}},
-                        {"type": "object", "properties": {"run": _ref("CompactionRun"), "turn": _ref("Turn"),
-                                                          "trace": _ref("Trace")}},
-                    ]}), **_errors(400, 404, 409)},
+                        {"type": "object", "required": ["preview"], "properties": {"preview": _ref("SplitPreview")}},
+                        {"type": "object", "required": ["run", "turn", "trace"],
+                         "properties": {"run": _ref("CompactionRun"), "turn": _ref("Turn"), "trace": _ref("Trace")}},
+                    ]}), "202": _json({"type": "object", "properties": {"run": _ref("CompactionRun")}},
+                                      "Queued as a background job"), **_errors(400, 404, 409)},
                 },
+            },
+            "/sessions/{session_id}/runs/{run_id}": {
+                "parameters": [SESSION_ID, {"name": "run_id", "in": "path", "required": True, "schema": _INT64}],
+                "get": {"summary": "One compaction or import run: queued, running, done or failed",
+                        "responses": {"200": _json(_ref("CompactionRun")), **_errors(404)}},
             },
             "/sessions/{session_id}/turns": {
                 "parameters": [SESSION_ID],
                 "get": {
                     "summary": "Turns in order (cursor: after)",
-                    "parameters": [{"name": "after", "in": "query", "schema": _INT},
+                    "parameters": [{"name": "after", "in": "query", "schema": _INT64},
                                    {"name": "limit", "in": "query", "schema": {**_INT, "minimum": 1,
                                                                                "maximum": 200}}],
                     "responses": {"200": _json({"type": "object", "properties": {
@@ -281,7 +306,7 @@ def schema(server_url: str) -> dict[str, Any]:
                 },
             },
             "/sessions/{session_id}/turns/{number}": {
-                "parameters": [SESSION_ID, {"name": "number", "in": "path", "required": True, "schema": _INT}],
+                "parameters": [SESSION_ID, {"name": "number", "in": "path", "required": True, "schema": _INT64}],
                 "get": {"summary": "One turn with its trace and payload",
                         "responses": {"200": _json(_ref("TurnFull")), **_errors(404)}},
             },
@@ -291,6 +316,31 @@ def schema(server_url: str) -> dict[str, Any]:
                         "responses": {"200": _json({"type": "object", "properties": {
                             "current_version": _INT, "summaries": {"type": "array", "items": _ref("Summary")}}}),
                             **_errors(404)}},
+            },
+            "/sessions/{session_id}/recall": {
+                "parameters": [SESSION_ID],
+                "post": {
+                    "summary": "Search what the session keeps outside its live context; optionally inject the hits",
+                    "description": "Ranks the dialog archive, externalized units, offloaded tool output and the "
+                                   "memory notes (BM25, a verbatim match counts double). With inject, the hits "
+                                   "are appended as one user message named 'recollection' whose text starts with "
+                                   "'[recollection', so the next prepare sends them as recalled material.",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["query"],
+                        "properties": {"query": {**_STR, "maxLength": 1000},
+                                       "limit": {**_INT, "minimum": 1, "maximum": 50, "default": 10},
+                                       "inject": {"type": "boolean", "default": False}}}}}},
+                    "responses": {
+                        "200": _json({"type": "object", "properties": {
+                            "query": _STR, "hits": {"type": "array", "items": _ref("Hit")},
+                            "injected": {"type": "object", "nullable": True}}}),
+                        "201": _json({"type": "object", "properties": {
+                            "query": _STR, "hits": {"type": "array", "items": _ref("Hit")},
+                            "injected": {"type": "object", "properties": {"message": _ref("MessageRow"),
+                                                                          "text": _STR}},
+                            "session": _ref("Session")}}, "Searched, and the recollection appended"),
+                        **_errors(400, 404, 409)},
+                },
             },
             "/sessions/{session_id}/export": {
                 "parameters": [SESSION_ID],
@@ -305,8 +355,13 @@ def schema(server_url: str) -> dict[str, Any]:
                         "type": "object", "required": ["file"],
                         "properties": {"file": {"type": "string", "format": "binary"},
                                        "profile": {**_STR, "description": "profile id or name"},
-                                       "title": _STR}}}}},
-                    "responses": {"201": _json(_ref("Session"), "Imported"), **_errors(400, 413, 422)},
+                                       "title": _STR,
+                                       "background": {**_STR, "enum": ["1", "true", "yes"],
+                                                      "description": "replay as a background job (202)"}}}}}},
+                    "responses": {"201": _json(_ref("Session"), "Imported"),
+                                  "202": _json({"allOf": [_ref("Session"), {"type": "object", "properties": {
+                                      "run": _ref("CompactionRun")}}]}, "Importing in the background"),
+                                  **_errors(400, 413, 422)},
                 },
             },
             "/profiles": {

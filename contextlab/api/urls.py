@@ -12,6 +12,7 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/prepare", views.session_prepare, name="cl-api-prepare"),
     path("sessions/<uuid:session_id>/usage", views.session_usage, name="cl-api-usage"),
     path("sessions/<uuid:session_id>/compact", views.session_compact, name="cl-api-compact"),
+    path("sessions/<uuid:session_id>/runs/<int:run_id>", views.session_run, name="cl-api-run"),
     path("sessions/<uuid:session_id>/turns", views.session_turns, name="cl-api-turns"),
     path("sessions/<uuid:session_id>/turns/<int:number>", views.session_turn, name="cl-api-turn"),
     path("sessions/<uuid:session_id>/summaries", views.session_summaries, name="cl-api-summaries"),

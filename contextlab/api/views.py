@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from django.db import DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
@@ -21,6 +22,9 @@ from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession, Turn
 
 MAX_PAGE = 200
+# The largest integer SQLite and PostgreSQL (bigint) store: a bigger one in a
+# query is a client's error, not a database error.
+MAX_DB_INT = 2**63 - 1
 
 
 def _session(request: ApiRequest, session_id: UUID) -> AgentSession:
@@ -31,7 +35,7 @@ def _session(request: ApiRequest, session_id: UUID) -> AgentSession:
     return session
 
 
-def _int_param(request: HttpRequest, name: str, default: int, *, low: int = 0, high: int | None = None) -> int:
+def _int_param(request: HttpRequest, name: str, default: int, *, low: int = 0, high: int = MAX_DB_INT) -> int:
     raw = request.GET.get(name)
     if raw is None or raw == "":
         return default
@@ -39,9 +43,37 @@ def _int_param(request: HttpRequest, name: str, default: int, *, low: int = 0, h
         value = int(raw)
     except ValueError as exc:
         raise ApiError(400, f"{name} must be a whole number", name) from exc
-    if value < low or (high is not None and value > high):
-        raise ApiError(400, f"{name} must be between {low} and {high}" if high else f"{name} must be ≥ {low}", name)
-    return value
+    if low <= value <= high:
+        return value
+    if value < low and high == MAX_DB_INT:
+        raise ApiError(400, f"{name} must be ≥ {low}", name)
+    raise ApiError(400, f"{name} must be between {low} and {high}", name)
+
+
+def _nul_at(value: Any, path: str) -> str | None:
+    """Where a NUL character sits in a JSON value (a key or a string), e.g. ``usage.x``; None if nowhere."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if "\x00" in str(key):
+                    return where or "body"
+                stack.append((child, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def _refuse_nul(value: Any, field: str) -> None:
+    # PostgreSQL text and JSON cannot hold NUL, so it is refused on every
+    # database (like the services do for messages) instead of failing at save.
+    where = _nul_at(value, field)
+    if where is not None:
+        raise ApiError(400, f"{where} holds a NUL character (\\u0000), which cannot be stored", where)
 
 
 def _optional_str(body: dict[str, Any], name: str, default: str = "") -> str:
@@ -78,6 +110,7 @@ def _session_create(request: ApiRequest) -> HttpResponse:
         raise ApiError(400, "system_prompt is required (it may be empty)", "system_prompt")
     profile = None
     if body.get("profile") is not None:
+        _refuse_nul(body["profile"], "profile")
         try:
             profile = services.profile_resolve(owner=request.user, ref=body["profile"])
         except InvalidProfile as exc:
@@ -135,6 +168,7 @@ def session_usage(request: ApiRequest, session_id: UUID) -> HttpResponse:
     number = body.get("turn")
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise ApiError(400, "turn must be the number of a turn (from the prepare answer)", "turn")
+    _refuse_nul(body.get("usage"), "usage")
     try:
         turn = services.usage_report(session=session, turn_number=number, usage=body.get("usage"))
     except Turn.DoesNotExist as exc:
@@ -163,10 +197,29 @@ def session_compact(request: ApiRequest, session_id: UUID) -> HttpResponse:
     instruction = body.get("instruction")
     if instruction is not None and not isinstance(instruction, str):
         raise ApiError(400, "instruction must be a string", "instruction")
+    background = body.get("background", False)
+    if not isinstance(background, bool):
+        raise ApiError(400, "background must be true or false", "background")
+    if background:
+        # Answered at once; the run row (GET .../runs/<id>) and the session's
+        # websocket say how it goes.
+        run = services.compaction_enqueue(session=session, instruction=instruction, requested_by=request.user)
+        return JsonResponse({"run": run.to_dict()}, status=202)
     run = services.compaction_run(session=session, instruction=instruction, requested_by=request.user)
     assert run.turn_number is not None  # a run that finished without raising has its turn
     turn = session.turns.get(number=run.turn_number)
     return JsonResponse({"run": run.to_dict(), "turn": turn.to_dict(), "trace": turn.trace})
+
+
+@csrf_exempt
+@require_methods("GET")
+@authorize
+def session_run(request: ApiRequest, session_id: UUID, run_id: int) -> HttpResponse:
+    session = _session(request, session_id)
+    run = session.compaction_runs.filter(pk=run_id).first()
+    if run is None:
+        raise ApiError(404, f"the session has no run {run_id}", "run")
+    return JsonResponse(run.to_dict())
 
 
 @csrf_exempt
@@ -221,10 +274,22 @@ def imports(request: ApiRequest) -> HttpResponse:
     if upload is None:
         raise ApiError(400, "send the transcript as a multipart form field named 'file'", "file")
     profile = None
+    _refuse_nul(dict(request.POST.items()), "")
     if request.POST.get("profile"):
         profile = services.profile_resolve(owner=request.user, ref=request.POST["profile"])
-    session = services.transcript_import(owner=request.user, upload=upload, profile=profile,
-                                         title=request.POST.get("title", ""))
+    title = request.POST.get("title", "")
+    if request.POST.get("background", "") in ("1", "true", "yes"):
+        session, run = services.transcript_import_enqueue(owner=request.user, upload=upload, profile=profile,
+                                                          title=title)
+        if run is not None:
+            return JsonResponse({**session.to_dict(), "run": run.to_dict()}, status=202)
+        return JsonResponse(session.to_dict(), status=201)
+    try:
+        session = services.transcript_import(owner=request.user, upload=upload, profile=profile, title=title)
+    except DataError as exc:
+        # The importers read any text JSON can carry; PostgreSQL cannot store
+        # some of it (a NUL character). The service has removed the session.
+        raise ApiError(400, f"the transcript holds a value the database cannot store: {exc}", "file") from exc
     return JsonResponse(session.to_dict(), status=201)
 
 
@@ -234,6 +299,7 @@ def imports(request: ApiRequest) -> HttpResponse:
 def profiles(request: ApiRequest) -> HttpResponse:
     if request.method == "POST":
         body = json_body(request)
+        _refuse_nul(body, "")
         knobs = {k: v for k, v in body.items() if k != "name"}
         if not isinstance(body.get("name"), str):
             raise ApiError(400, "name is required", "name")

@@ -19,9 +19,9 @@ import shutil
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -33,6 +33,8 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from contextlab import jobs, live
+from contextlab.engine.archive import DialogArchive
 from contextlab.engine.convert import detect_message_format, from_agentscope, from_anthropic, from_openai
 from contextlab.engine.errors import ContextLabError, InvalidMessages, InvalidProfile, MalformedInput
 from contextlab.engine.hook import ContextManager, TurnResult, replay_turns
@@ -67,6 +69,10 @@ class SessionUnavailable(ContextLabError):
 
 class PayloadTooLarge(MalformedInput):
     """An upload over the configured size limit."""
+
+
+class RunInProgress(ContextLabError):
+    """A manual compaction of the session is already queued or running."""
 
 
 # -- input checks ------------------------------------------------------------------------
@@ -188,10 +194,21 @@ def profile_resolve(*, owner: User, ref: Any) -> AgentProfile:
 
 
 def _manager(session: AgentSession) -> ContextManager:
+    """The session's engine, transactional: its archive writes are journaled until
+    ``_persist``'s transaction commits, so archive lines of a turn whose state never
+    reached the database (the process died in between) are cut back here, on load.
+
+    Load it only while holding the session's row lock (``_locked``): unlocked, the
+    turn "never saved" could be another process's turn that is still running.
+    """
     profile = session.profile.to_engine()
-    if session.engine_state:
-        return ContextManager.from_state(profile, session.workspace, session.engine_state)
-    return ContextManager(profile, session.workspace, system_prompt=session.system_prompt)
+    if not session.engine_state:
+        return ContextManager(profile, session.workspace, system_prompt=session.system_prompt, transactional=True)
+    manager = ContextManager.from_state(profile, session.workspace, session.engine_state, transactional=True)
+    if manager.recovered_files:
+        log.warning("session %s: cut %s back to before turn %s, whose state was never saved (the process "
+                    "died before its commit)", session.pk, ", ".join(manager.recovered_files), manager.turn + 1)
+    return manager
 
 
 @contextlib.contextmanager
@@ -365,6 +382,12 @@ def _persist(session: AgentSession, manager: ContextManager, *, before: Mapping[
     session.tokens_window = profile.max_input_length
     session.last_activity = timezone.now()
     session.save()
+    # The archive journal goes only once the database holds the state its lines
+    # belong to; robust, because a journal left behind is harmless (the next load
+    # sees its turn was saved and clears it) and must not turn a commit into an error.
+    transaction.on_commit(manager.commit, robust=True)
+    state = _live_state(session, manager, turn)
+    transaction.on_commit(lambda: session_announce(session_id=session.pk, state=state))
     return turn
 
 
@@ -410,6 +433,25 @@ def messages_append(*, session: AgentSession, messages: Any) -> list[SessionMess
     return [rows[mid] for mid in ids if mid in rows]
 
 
+def messages_append_openai(*, session: AgentSession, messages: list[dict[str, Any]]) -> list[SessionMessage]:
+    """``messages_append`` for messages known to be OpenAI chat messages (no format detection).
+
+    Detection cannot tell an OpenAI message whose content is a list of text
+    parts from an Anthropic one; a caller that speaks OpenAI says so.
+    """
+    raw = _check_raw_messages(messages)
+    with _locked(session) as (locked, manager):
+        known_calls = {call_id: call["name"] for call_id, call in (locked.engine_state.get("calls") or {}).items()}
+        parsed = from_openai(raw, known_calls=known_calls)
+        _check_message_ids(parsed)
+        before = _fate_sizes(manager)
+        manager.append(parsed)
+        _persist(locked, manager, before=before, originals={m.id: m for m in parsed})
+    ids = [m.id for m in parsed]
+    rows = {row.message_id: row for row in SessionMessage.objects.filter(session=locked, message_id__in=ids)}
+    return [rows[mid] for mid in ids if mid in rows]
+
+
 def session_prepare(*, session: AgentSession) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the pre-reasoning hook: the exact messages for the next LLM call (OpenAI format),
     and the turn's trace (``trace["turn"]`` is the turn number)."""
@@ -417,6 +459,38 @@ def session_prepare(*, session: AgentSession) -> tuple[list[dict[str, Any]], dic
         before = _fate_sizes(manager)
         result = manager.prepare()
         turn = _persist(locked, manager, before=before, result=result)
+    assert turn is not None
+    return turn.payload, turn.trace
+
+
+def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
+                    system_prompt: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Ingest new OpenAI chat messages (possibly none) and run the hook, as one step.
+
+    What ``messages_append`` then ``session_prepare`` do, under one lock and one
+    load of the engine: nothing can slip in between, and the turn costs one
+    state load instead of two. ``system_prompt``, when given and different,
+    replaces the session's (clients that put the date or live notes in it).
+    Returns the payload and the trace, like ``session_prepare``.
+    """
+    if messages:
+        _check_raw_messages(messages)
+    if system_prompt is not None:
+        system_prompt = _check_text(system_prompt, "system_prompt")
+    with _locked(session) as (locked, manager):
+        if system_prompt is not None and system_prompt != manager.system_prompt:
+            manager.system_prompt = system_prompt
+            locked.system_prompt = system_prompt
+        before = _fate_sizes(manager)
+        parsed: list[Message] = []
+        if messages:
+            known_calls = {call_id: call["name"]
+                           for call_id, call in (locked.engine_state.get("calls") or {}).items()}
+            parsed = from_openai(messages, known_calls=known_calls)
+            _check_message_ids(parsed)
+            manager.append(parsed)
+        result = manager.prepare()
+        turn = _persist(locked, manager, before=before, originals={m.id: m for m in parsed}, result=result)
     assert turn is not None
     return turn.payload, turn.trace
 
@@ -457,7 +531,10 @@ def reported_prompt_tokens(usage: Mapping[str, Any] | None) -> int | None:
 
 def compaction_preview(*, session: AgentSession) -> dict[str, Any]:
     """Which messages a manual compaction would summarise and which it would keep."""
-    return _manager(session).preview_compaction().to_dict()
+    # Under the lock like a turn, because loading the engine may cut back the
+    # archive (see ``_manager``).
+    with _locked(session) as (_, manager):
+        return manager.preview_compaction().to_dict()
 
 
 def compaction_run(*, session: AgentSession, instruction: str | None = None,
@@ -466,7 +543,9 @@ def compaction_run(*, session: AgentSession, instruction: str | None = None,
     if instruction is not None:
         instruction = _check_text(instruction, "instruction", max_length=MAX_INSTRUCTION_LENGTH)
     run = CompactionRun.objects.create(session=session, instruction=instruction or "", requested_by=requested_by)
-    compaction_execute(run=run)
+    # Held like a worker holds it, so the sweep for dead workers leaves it alone.
+    with jobs.hold_run(run.pk):
+        compaction_execute(run=run)
     return run
 
 
@@ -552,7 +631,8 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
     return session
 
 
-def _replay(session: AgentSession, messages: list[Message]) -> None:
+def _replay(session: AgentSession, messages: list[Message],
+            progress: Callable[[int, int], None] | None = None) -> None:
     manager = _manager(session)
     originals = {m.id: m for m in messages}
     before: dict[str, int] = {}
@@ -565,6 +645,8 @@ def _replay(session: AgentSession, messages: list[Message]) -> None:
             locked = AgentSession.objects.select_for_update(of=("self",)).get(pk=session.pk)
             _persist(locked, manager, before=before, originals=originals, result=result)
         before = _fate_sizes(manager)
+        if progress is not None:
+            progress(done, len(messages))
 
     if messages:
         replay_turns(messages, manager, on_turn=on_turn)
@@ -626,8 +708,11 @@ def session_export(*, session: AgentSession) -> bytes:
                      for row in rows]
             _zip_write(archive, file_name, "".join(line + "\n" for line in lines).encode())
         workspace = session.workspace
+        # The archive journal is bookkeeping of a turn in flight here (see
+        # ``_manager``), not session data: a bundle carries the committed state.
+        journal = workspace / DialogArchive.folder_name / DialogArchive.journal_name
         if workspace.is_dir():
-            for path in sorted(p for p in workspace.rglob("*") if p.is_file()):
+            for path in sorted(p for p in workspace.rglob("*") if p.is_file() and p != journal):
                 _zip_write(archive, f"workspace/{path.relative_to(workspace).as_posix()}", path.read_bytes())
     return buffer.getvalue()
 
@@ -734,3 +819,513 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
             shutil.rmtree(workspace, ignore_errors=True)
             raise
     return session
+
+
+# -- live state --------------------------------------------------------------------------
+
+
+def _live_state(session: AgentSession, manager: ContextManager, turn: Turn | None) -> dict[str, Any]:
+    """Everything the session's gauge and counters show, as it was just committed.
+
+    Sent whole with every update (a page never applies deltas), so a viewer
+    that missed events is right again with the next one.
+    """
+    profile = manager.profile
+    return {
+        "status": session.status,
+        "turns": session.turns_count,
+        "messages": session.messages_count,
+        "live_messages": session.live_count,
+        "summary_version": session.summary_version,
+        "compactions": session.compactions_count,
+        "failures": session.failures_count,
+        "tokens": {
+            # The last payload sent (what the gauge of the latest turn shows) and
+            # the live messages now, which an append changes before any turn.
+            "used": session.tokens_used,
+            "live_messages": manager.live_exact_tokens,
+            "threshold": profile.threshold,
+            "reserve": profile.reserve,
+            "window": profile.max_input_length,
+        },
+        "turn": None if turn is None else {
+            "number": turn.number, "trigger": turn.trigger, "outcome": turn.outcome,
+            "layers": turn.layer_tokens(), "payload_tokens": turn.payload_tokens,
+        },
+        "last_activity": session.last_activity.isoformat(),
+    }
+
+
+def session_announce(*, session_id: Any, state: dict[str, Any]) -> None:
+    """Push a session's new state to its viewers (at most ten times a second)."""
+    live.publish(live.session_group(session_id),
+                 {"type": "gauge.update", "session_id": str(session_id), "state": state}, coalesce="gauge")
+
+
+def run_announce(run: CompactionRun, **extra: Any) -> None:
+    """Push a run's row (plus ``extra``, e.g. import progress) to the session's viewers."""
+    event = {"type": "run.update", "run_id": run.pk, "session_id": str(run.session_id), "run": run.to_dict(),
+             **extra}
+    # One key per run: a burst of progress collapses to its latest, and the
+    # final status always goes out last.
+    live.publish(live.session_group(run.session_id), event, coalesce=f"run-{run.pk}")
+
+
+# -- background runs ---------------------------------------------------------------------
+#
+# A run row (CompactionRun; trigger "import" for a background import) goes
+# queued -> running -> done | failed. A worker takes ``jobs.hold_run`` before it
+# marks the run running and keeps it to the end, so a running run nobody holds
+# belonged to a worker that died: ``runs_reap`` fails it. A compaction commits
+# in one transaction with its run's final status, so a dead worker leaves the
+# session exactly as it was (the engine writes the archive before it removes
+# anything, and the database rolls back whatever the transaction had written).
+
+WORKER_DIED = ("the worker running this job stopped before it finished; nothing it had started was kept. "
+               "Run it again.")
+NEVER_STARTED = ("no worker took this job within {minutes} minutes (is a `celery worker` running?); "
+                 "it was not started. Run it again.")
+
+
+def _run_claim(run_id: int) -> tuple[CompactionRun | None, bool]:
+    """Mark the run running; (None, False) when it is gone or already finished.
+
+    A run found running was started by a worker that died (the caller holds
+    the run, so nobody else is working on it): it is taken over, i.e. retried.
+    """
+    with transaction.atomic():
+        run = (CompactionRun.objects.select_for_update(of=("self",)).select_related("session")
+               .filter(pk=run_id).first())
+        if run is None or run.status not in (CompactionRun.Status.QUEUED, CompactionRun.Status.RUNNING):
+            return None, False
+        retried = run.status == CompactionRun.Status.RUNNING
+        run.status = CompactionRun.Status.RUNNING
+        run.started = timezone.now()
+        run.finished = None
+        run.error = ""
+        run.save(update_fields=["status", "started", "finished", "error"])
+    return run, retried
+
+
+def _summary_failure(trace: Mapping[str, Any]) -> str:
+    reasons: list[str] = []
+    for name in ("summary", "validity"):
+        step = _step(trace, name)
+        if step.get("status") == "failed":
+            reasons.extend(str(r) for r in step.get("reasons") or [])
+    return "; ".join(reasons) or "the summary failed"
+
+
+def _run_finish(run: CompactionRun, turn: Turn) -> None:
+    """Record how the compaction turn ended; a failed summary is a failed run."""
+    run.turn_number = turn.number
+    run.outcome = turn.outcome
+    run.finished = timezone.now()
+    if turn.outcome == "compaction_failed":
+        # The engine kept the messages and the previous summary; say why.
+        run.status = CompactionRun.Status.FAILED
+        run.error = _summary_failure(turn.trace) + " The previous summary and every message were kept."
+    else:
+        run.status = CompactionRun.Status.DONE
+        run.error = ""
+        if turn.outcome == "fallback_summary":
+            run.error = ("the summary model failed (" + _summary_failure(turn.trace)
+                         + "); the offline extractive summary was used instead")
+    run.save(update_fields=["status", "turn_number", "outcome", "finished", "error"])
+
+
+def compaction_enqueue(*, session: AgentSession, instruction: str | None = None,
+                       requested_by: User | None = None) -> CompactionRun:
+    """Record a manual compaction and run it in the background; the row says how it goes."""
+    if instruction is not None:
+        instruction = _check_text(instruction, "instruction", max_length=MAX_INSTRUCTION_LENGTH)
+    if session.status == AgentSession.Status.IMPORTING:
+        raise SessionUnavailable("the session is still being imported; try again when it is done", field="session")
+    from contextlab.sessions.tasks import compact_session
+
+    with transaction.atomic():
+        run = CompactionRun.objects.create(session=session, instruction=instruction or "",
+                                           requested_by=requested_by)
+        # Announced before the job starts, so "queued" never follows "running".
+        transaction.on_commit(lambda: run_announce(run))
+        jobs.enqueue(compact_session, run.pk, on_error=lambda exc: _run_not_queued(run, exc))
+    return run
+
+
+def _step_outline(turn_so_far: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The steps of a turn in progress, without their (possibly long) details."""
+    return [{"step": s.get("step"), "status": s.get("status"), "outcome": s.get("outcome"),
+             "duration_ms": s.get("duration_ms")} for s in turn_so_far.get("steps") or []]
+
+
+def compaction_active(*, session: AgentSession) -> CompactionRun | None:
+    """The session's manual compaction that is queued or running, if any."""
+    return (CompactionRun.objects.filter(session=session, status__in=(CompactionRun.Status.QUEUED,
+                                                                      CompactionRun.Status.RUNNING))
+            .exclude(trigger="import").order_by("-created").first())
+
+
+def compaction_start(*, session: AgentSession, instruction: str | None = None,
+                     requested_by: User | None = None) -> CompactionRun:
+    """``compaction_enqueue`` for a person at the dashboard: refused (``RunInProgress``)
+    while another compaction of the session is queued or running, so a second
+    click never queues a second summary of the same messages."""
+    active = compaction_active(session=session)
+    if active is not None:
+        raise RunInProgress(f"compaction run {active.pk} is {active.status}; wait for it to finish",
+                            field="session")
+    return compaction_enqueue(session=session, instruction=instruction, requested_by=requested_by)
+
+
+def compaction_work(*, run_id: int) -> str:
+    """The background side of ``compaction_enqueue``: "done", "failed", "skipped" or "busy"."""
+    with jobs.hold_run(run_id) as held:
+        if not held:
+            return "busy"  # another worker has it (a second delivery of the same job)
+        run, retried = _run_claim(run_id)
+        if run is None:
+            return "skipped"
+        if retried:
+            log.warning("compaction run %s: its previous worker died; running it again", run_id)
+        run_announce(run, retried=retried)
+        try:
+            with _locked(run.session) as (locked, manager):
+                # Each finished step goes to the page at once, so a slow summary
+                # call shows where it stands (gate, split done; summary running).
+                manager.observer = lambda _step, turn_so_far: run_announce(run, steps=_step_outline(turn_so_far))
+                before = _fate_sizes(manager)
+                result = manager.compact(run.instruction or None)
+                turn = _persist(locked, manager, before=before, result=result)
+                assert turn is not None
+                # In the compaction's own transaction: "done" and the compaction
+                # are committed together, or neither is.
+                _run_finish(run, turn)
+        except ContextLabError as exc:
+            run.mark_failed(exc.message)
+        except Exception as exc:
+            log.exception("compaction run %s failed", run_id)
+            run.mark_failed(f"{type(exc).__name__}: {exc}")
+        run_announce(run)
+        return str(run.status)
+
+
+# -- background imports ------------------------------------------------------------------
+
+
+def _import_source_dir(session_id: Any) -> Path:
+    # Beside the workspaces (web and worker processes share that folder), not
+    # inside the session's own CoPaw-layout workspace.
+    return Path(settings.WORKSPACES_DIR) / ".imports" / str(session_id)
+
+
+def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, upload: UploadedFile | None = None,
+                              profile: AgentProfile | None = None,
+                              title: str = "") -> tuple[AgentSession, CompactionRun | None]:
+    """Like ``transcript_import``, but the replay runs in the background.
+
+    The transcript is read now, so unreadable input is refused before anything
+    is written. A session bundle is restored at once (there is nothing to
+    replay) and comes back without a run.
+    """
+    if (path is None) == (upload is None):
+        raise MalformedInput("give a transcript path or an uploaded file", field="file")
+    if upload is not None:
+        with _spooled(upload) as spooled:
+            return transcript_import_enqueue(owner=owner, path=spooled.path, profile=profile,
+                                             title=title or spooled.name[:MAX_TITLE_LENGTH])
+    assert path is not None
+    source = Path(path)
+    with source.open("rb") as fh:
+        if fh.read(4) == b"PK\x03\x04":
+            return session_import_bundle(owner=owner, data=source.read_bytes(), profile=profile), None
+    transcript = load_transcript(source)
+    from contextlab.sessions.tasks import import_transcript
+
+    with transaction.atomic():
+        session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
+                                 title=title or source.name[:MAX_TITLE_LENGTH])
+        session.status = AgentSession.Status.IMPORTING
+        session.source = {"format": transcript.format, "file": source.name, "warnings": transcript.warnings[:100],
+                          "messages": len(transcript.messages)}
+        session.save(update_fields=["status", "source"])
+        run = CompactionRun.objects.create(session=session, trigger="import", requested_by=owner)
+        folder = _import_source_dir(session.pk)
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, folder / source.name)
+        transaction.on_commit(lambda: run_announce(run, done=0, total=len(transcript.messages)))
+        jobs.enqueue(import_transcript, run.pk, on_error=lambda exc: _run_not_queued(run, exc))
+    return session, run
+
+
+def _import_reset(session: AgentSession) -> None:
+    """Forget every turn an interrupted or failed replay wrote; the session row stays."""
+    with transaction.atomic():
+        for model in (SessionMessage, Turn, SummaryVersion, OffloadedFile):
+            model.objects.filter(session=session).delete()
+        shutil.rmtree(session.workspace, ignore_errors=True)
+        manager = ContextManager(session.profile.to_engine(), session.workspace, system_prompt=session.system_prompt)
+        session.engine_state = manager.export_state()
+        session.summary = ""
+        for name in ("summary_version", "tokens_used", "turns_count", "compactions_count", "failures_count",
+                     "messages_count", "live_count"):
+            setattr(session, name, 0)
+        session.save()
+
+
+def _import_failed(run: CompactionRun, error: str) -> None:
+    """A failed import leaves an empty, closed session that says why, and the failed run."""
+    session = run.session
+    session.refresh_from_db()
+    _import_reset(session)
+    session.status = AgentSession.Status.CLOSED
+    session.source = {**(session.source or {}), "error": error}
+    session.save(update_fields=["status", "source"])
+    shutil.rmtree(_import_source_dir(session.pk), ignore_errors=True)
+    run.mark_failed(error)
+
+
+def transcript_import_work(*, run_id: int) -> str:
+    """The background side of ``transcript_import_enqueue``: replay, publishing progress."""
+    with jobs.hold_run(run_id) as held:
+        if not held:
+            return "busy"
+        run, retried = _run_claim(run_id)
+        if run is None:
+            return "skipped"
+        session = run.session
+        run_announce(run, retried=retried, done=0, total=int((session.source or {}).get("messages") or 0))
+        try:
+            files = sorted(p for p in _import_source_dir(session.pk).glob("*") if p.is_file())
+            if not files:
+                raise MalformedInput("the uploaded transcript is gone; upload it again", field="file")
+            # A retried run starts from scratch: the replay is deterministic.
+            _import_reset(session)
+            transcript = load_transcript(files[0])
+            _replay(session, transcript.messages,
+                    progress=lambda done, total: run_announce(run, done=done, total=total))
+            session.refresh_from_db()
+            with transaction.atomic():
+                session.status = AgentSession.Status.ACTIVE
+                session.save(update_fields=["status"])
+                run.status = CompactionRun.Status.DONE
+                run.turn_number = session.turns_count
+                run.outcome = "imported"
+                run.finished = timezone.now()
+                run.save(update_fields=["status", "turn_number", "outcome", "finished"])
+            shutil.rmtree(_import_source_dir(session.pk), ignore_errors=True)
+        except ContextLabError as exc:
+            _import_failed(run, exc.message)
+        except Exception as exc:
+            log.exception("import run %s failed", run_id)
+            _import_failed(run, f"{type(exc).__name__}: {exc}")
+        session.refresh_from_db()
+        # Loaded under the lock: the session is open to writers again (see ``_manager``).
+        with _locked(session) as (locked, manager):
+            state = _live_state(locked, manager, None)
+        session_announce(session_id=session.pk, state=state)
+        run_announce(run, done=session.messages_count, total=int((session.source or {}).get("messages") or 0))
+        return str(run.status)
+
+
+# -- dead workers ------------------------------------------------------------------------
+
+
+def _run_not_queued(run: CompactionRun, exc: Exception) -> None:
+    error = f"the job could not be queued ({type(exc).__name__}: {exc}); nothing was started. Run it again."
+    if run.trigger == "import":
+        _import_failed(run, error)
+    else:
+        run.mark_failed(error)
+    run_announce(run)
+
+
+def runs_reap(*, now: datetime | None = None) -> list[int]:
+    """Fail every run marked running whose worker is gone, and every run queued for longer
+    than ``CONTEXTLAB_QUEUED_MINUTES`` (its job was lost, or no worker runs); returns their ids.
+
+    A job that does turn up later finds its run failed and does nothing.
+    """
+    reaped: list[int] = []
+    minutes = settings.CONTEXTLAB_QUEUED_MINUTES
+    cutoff = (now or timezone.now()) - timedelta(minutes=minutes)
+    for stale in list(CompactionRun.objects.select_related("session")
+                      .filter(status=CompactionRun.Status.QUEUED, created__lt=cutoff)):
+        with jobs.hold_run(stale.pk) as held:
+            # Held: a worker is taking it right now.
+            if not held or not CompactionRun.objects.filter(pk=stale.pk, status=CompactionRun.Status.QUEUED).exists():
+                continue
+            log.warning("run %s (%s): queued for more than %s minutes; marking it failed", stale.pk, stale.trigger,
+                        minutes)
+            if stale.trigger == "import":
+                _import_failed(stale, NEVER_STARTED.format(minutes=minutes))
+            else:
+                stale.mark_failed(NEVER_STARTED.format(minutes=minutes))
+            run_announce(stale)
+            reaped.append(stale.pk)
+    for run_id in list(CompactionRun.objects.filter(status=CompactionRun.Status.RUNNING)
+                       .values_list("pk", flat=True)):
+        with jobs.hold_run(run_id) as held:
+            if not held:
+                continue  # its worker is alive and holds it
+            run = (CompactionRun.objects.select_related("session")
+                   .filter(pk=run_id, status=CompactionRun.Status.RUNNING).first())
+            if run is None:
+                continue  # finished between the listing and the lock
+            log.warning("run %s (%s): its worker died; marking it failed", run_id, run.trigger)
+            if run.trigger == "import":
+                _import_failed(run, WORKER_DIED)
+            else:
+                run.mark_failed(WORKER_DIED)
+            run_announce(run)
+            reaped.append(run_id)
+    return reaped
+
+
+def runs_recover() -> tuple[list[int], list[int]]:
+    """At the start of an embedded-mode process: fail the runs the previous process
+    was running and start again the ones it had only queued. Returns (failed, queued)."""
+    from contextlab.sessions.tasks import compact_session, import_transcript
+
+    failed = runs_reap()
+    queued = list(CompactionRun.objects.filter(status=CompactionRun.Status.QUEUED)
+                  .values_list("pk", "trigger").order_by("pk"))
+    for run_id, trigger in queued:
+        jobs.enqueue(import_transcript if trigger == "import" else compact_session, run_id)
+    return failed, [run_id for run_id, _ in queued]
+
+
+# -- retention ---------------------------------------------------------------------------
+
+
+@dataclass
+class PruneResult:
+    sessions: int
+    removed: list[str]  # "<session id>/<path>"
+    kept_referenced: int  # expired files kept because the live context points to them
+
+
+def offloaded_prune(*, now: datetime | None = None) -> PruneResult:
+    """Delete offloaded tool outputs past their profile's retention, except those the
+    live context still references; the rows stay (history) with ``referenced`` current.
+
+    Only sessions with an unreferenced file old enough on disk are loaded, so
+    the daily run costs little on a server with many sessions.
+    """
+    moment = now or timezone.now()
+    candidates: set[Any] = set()
+    for session_id, path, retention in (OffloadedFile.objects.filter(referenced=False)
+                                        .values_list("session_id", "path", "session__profile__retention_days")):
+        if session_id in candidates:
+            continue
+        file = Path(settings.WORKSPACES_DIR) / str(session_id) / path
+        try:
+            if file.stat().st_mtime + retention * 86_400 < moment.timestamp():
+                candidates.add(session_id)
+        except FileNotFoundError:
+            pass  # pruned before
+    result = PruneResult(sessions=0, removed=[], kept_referenced=0)
+    for session in AgentSession.objects.filter(pk__in=candidates).select_related("profile"):
+        try:
+            with _locked(session) as (locked, manager):
+                removed = manager.cleanup_offloaded(now=moment)
+                referenced = manager.referenced_files()
+                rows = list(OffloadedFile.objects.filter(session=locked))
+                for row in rows:
+                    row.referenced = row.path in referenced
+                OffloadedFile.objects.bulk_update(rows, ["referenced"])
+                expired = moment.timestamp() - locked.profile.retention_days * 86_400
+                result.kept_referenced += sum(
+                    1 for row in rows if row.referenced and (locked.workspace / row.path).is_file()
+                    and (locked.workspace / row.path).stat().st_mtime < expired)
+        except SessionUnavailable:
+            continue  # being imported: the next run will see it
+        result.sessions += 1
+        result.removed.extend(f"{session.pk}/{path}" for path in removed)
+        if removed:
+            log.info("session %s: %d expired tool output(s) deleted", session.pk, len(removed))
+    return result
+
+
+# -- long-term memory --------------------------------------------------------------------
+
+
+@dataclass
+class MemoryConsolidation:
+    session_id: str
+    profile: str
+    day: date
+    backup: str | None
+    diff: str
+    added: list[str]
+    removed: list[str]
+
+
+def profile_zone(name: str) -> Any:
+    """The profile's timezone; UTC (with a warning) when the name is unknown."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        log.warning("unknown timezone %r; using UTC", name)
+        return ZoneInfo("UTC")
+
+
+def memory_consolidate(*, profile: AgentProfile, day: date, now: datetime,
+                       days: int | None = None) -> list[MemoryConsolidation]:
+    """Merge the daily notes up to ``day`` into ``MEMORY.md`` in every workspace of the
+    profile's sessions (the engine backs the old file up first); only changed ones are returned."""
+    from contextlab.engine.memory import consolidate
+
+    days = days or settings.CONTEXTLAB_MEMORY_DAYS
+    changed: list[MemoryConsolidation] = []
+    sessions = AgentSession.objects.filter(profile=profile).exclude(status=AgentSession.Status.IMPORTING)
+    for session in sessions.only("id", "profile_id"):
+        workspace = Path(settings.WORKSPACES_DIR) / str(session.pk)
+        if not workspace.is_dir():
+            continue
+        try:
+            result = consolidate(workspace, days=days, today=day, now=now)
+        except Exception:  # one broken workspace must not stop the others
+            log.exception("session %s: memory consolidation failed", session.pk)
+            continue
+        if result.diff:
+            changed.append(MemoryConsolidation(
+                session_id=str(session.pk), profile=profile.name, day=day,
+                backup=str(result.backup_path.relative_to(workspace)) if result.backup_path else None,
+                diff=result.diff, added=list(result.added), removed=list(result.removed)))
+    return changed
+
+
+def memory_day_due(zone: Any, tick: datetime, every: timedelta) -> date | None:
+    """The local day that ended, when a local midnight of ``zone`` fell in (tick - every, tick].
+
+    The local dates are compared, not the clock times, so a midnight that a
+    daylight-saving change skips (23:59 -> 01:00) still counts, once. Running
+    again for a day already merged changes nothing, so a repeat is harmless.
+    """
+    local_tick = tick.astimezone(zone)
+    if (tick - every).astimezone(zone).date() == local_tick.date():
+        return None
+    return local_tick.date() - timedelta(days=1)
+
+
+def memory_consolidate_due(*, now: datetime | None = None, every: timedelta = timedelta(minutes=15),
+                           profile_ids: list[int] | None = None, days: int | None = None) -> list[MemoryConsolidation]:
+    """The nightly job, run every ``every``: consolidate, up to the day that just
+    ended, the profiles whose local midnight fell in the interval that ended at
+    the last tick before ``now``. Stateless: a tick the scheduler misses skips
+    that night, and the next night's run merges the notes it would have."""
+    moment = now or timezone.now()
+    step = int(every.total_seconds())
+    tick = datetime.fromtimestamp(int(moment.timestamp()) // step * step, tz=UTC)
+    profiles = AgentProfile.objects.all()
+    if profile_ids is not None:
+        profiles = profiles.filter(pk__in=profile_ids)
+    changed: list[MemoryConsolidation] = []
+    for profile in profiles:
+        zone = profile_zone(profile.timezone)
+        day = memory_day_due(zone, tick, every)
+        if day is not None:
+            changed.extend(memory_consolidate(profile=profile, day=day, now=moment.astimezone(zone), days=days))
+    return changed

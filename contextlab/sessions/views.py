@@ -1,4 +1,5 @@
-"""Server-rendered pages: the sessions list, a session, and one turn's trace."""
+"""Server-rendered pages: the sessions list, a session (live), one turn, and the
+session page's fragments (each one a partial of ``sessions/detail.html``)."""
 
 from __future__ import annotations
 
@@ -6,34 +7,19 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
-from django_htmx.middleware import HtmxDetails
 
+from contextlab.dashboard import fragments
+from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user, turn_param
 from contextlab.sessions import services
-from contextlab.sessions.models import AgentProfile, AgentSession, Turn
+from contextlab.sessions.models import AgentProfile, AgentSession
 
 SESSIONS_PER_PAGE = 50
-TURNS_PER_PAGE = 25
-MESSAGES_PER_PAGE = 50
-LAYERS = (("system", "system prompt"), ("summary", "summary"), ("messages", "messages"),
-          ("tool_results", "tool results"))
-
-
-class AuthenticatedHttpRequest(HttpRequest):
-    user: User
-    htmx: HtmxDetails
-
-
-def _get_session_for_user(request: AuthenticatedHttpRequest, session_id: UUID) -> AgentSession:
-    # Another user's session is a 404, exactly like a missing one.
-    session = AgentSession.objects.select_related("profile").filter(pk=session_id, owner=request.user).first()
-    if session is None:
-        raise Http404("No such session")
-    return session
+DETAIL = fragments.TEMPLATE
 
 
 def _profile_filter(request: AuthenticatedHttpRequest) -> int | None:
@@ -60,64 +46,88 @@ def sessions_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     })
 
 
-def _budget(session: AgentSession, turn: Turn | None) -> dict[str, Any]:
-    """The token-budget bar: the latest payload split by layer, as shares of the window."""
-    window = (turn.window if turn else 0) or session.tokens_window or 1
-    threshold = (turn.threshold if turn else 0) or session.tokens_threshold
-    tokens = turn.layer_tokens() if turn else {}
-    segments = [
-        {"key": key, "label": label, "tokens": tokens.get(key, 0),
-         "percent": round(100 * tokens.get(key, 0) / window, 2)}
-        for key, label in LAYERS
-    ]
-    total = tokens.get("total", 0)
-    reserve = int((turn.trace.get("budget") or {}).get("reserve", 0)) if turn else 0
-    return {
-        "window": window,
-        "threshold": threshold,
-        "reserve": reserve,
-        "total": total,
-        "segments": segments,
-        "threshold_percent": round(100 * threshold / window, 2),
-        "over_threshold": bool(threshold) and total >= threshold,
-        "over_window": total > window,
-    }
+@require_GET
+@login_required
+def session_detail(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
+    session = session_for_user(request, session_id)
+    return render(request, DETAIL, fragments.page_context(session))
+
+
+def _fragment(request: AuthenticatedHttpRequest, name: str, context: dict[str, Any]) -> HttpResponse:
+    return render(request, f"{DETAIL}#{name}", {"oob": False, **context})
 
 
 @require_GET
 @login_required
-def session_detail(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
-    session = _get_session_for_user(request, session_id)
-    latest = session.latest_turn()
-    turns = Paginator(session.turns.order_by("-number").only(
-        "number", "trigger", "outcome", "used_tokens", "threshold", "payload_tokens", "compacted_count",
-        "duration_ms", "summary_version", "created", "session_id"), TURNS_PER_PAGE).get_page(request.GET.get("tpage"))
-    # The ingested content can be megabytes and the page shows the current one.
-    messages = Paginator(session.messages.order_by("seq").defer("content", "fate"),
-                         MESSAGES_PER_PAGE).get_page(request.GET.get("page"))
-    template = "sessions/detail.html"
-    if request.htmx and request.htmx.target in ("messages", "turns"):
-        template += f"#{request.htmx.target}"
-    return render(request, template, {
-        "session": session,
-        "latest": latest,
-        "budget": _budget(session, latest),
-        "turns": turns,
-        "messages": messages,
-    })
+def session_turns(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
+    """The turn selector's page (``?page=&outcome=``), or the turns after a cursor (``?after=N``)."""
+    session = session_for_user(request, session_id)
+    after = request.GET.get("after", "")
+    if after.isdigit():
+        # Catch-up for a page that knows turns up to N: the same rows, newer only.
+        rows = fragments.turns_after(session, int(after))
+        html = render_to_string(f"{DETAIL}#turn-rows", {"session": session, "turn_rows": rows}, request=request)
+        response = HttpResponse(html)
+        response["X-Last-Turn"] = str(rows[0].number if rows else after)
+        return response
+    return _fragment(request, "turns", {"session": session, **fragments.turns_context(
+        session, page=request.GET.get("page"), outcome=request.GET.get("outcome", ""))})
+
+
+@require_GET
+@login_required
+def session_inspect(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
+    """The decision flow of one turn, with its LLM view swapped in beside it."""
+    session = session_for_user(request, session_id)
+    turn, newest = turn_param(session, request.GET.get("turn"))
+    live = newest and request.GET.get("turn", "latest") == "latest"
+    context = {"session": session, **fragments.flow_context(session, turn, live=live),
+               **fragments.llm_context(session, turn, live=live)}
+    flow = render_to_string(f"{DETAIL}#flow", {"oob": False, **context}, request=request)
+    llm = render_to_string(f"{DETAIL}#llm", {"oob": False, **context}, request=request)
+    # The LLM view goes into its own panel, out of band.
+    return HttpResponse(flow + f'\n<div id="llm-panel" hx-swap-oob="innerHTML">{llm}</div>')
+
+
+@require_GET
+@login_required
+def session_llm(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
+    session = session_for_user(request, session_id)
+    turn, newest = turn_param(session, request.GET.get("turn"))
+    live = newest and request.GET.get("live") == "1"
+    return _fragment(request, "llm", {"session": session, **fragments.llm_context(
+        session, turn, page=request.GET.get("page"), live=live)})
+
+
+@require_GET
+@login_required
+def session_messages(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
+    session = session_for_user(request, session_id)
+    return _fragment(request, "fate", {"session": session,
+                                       **fragments.fate_context(session, page=request.GET.get("page"))})
+
+
+@require_GET
+@login_required
+def session_ledger(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
+    session = session_for_user(request, session_id)
+    return _fragment(request, "ledger", {"session": session,
+                                         **fragments.ledger_context(session, page=request.GET.get("page"))})
 
 
 @require_GET
 @login_required
 def turn_detail(request: AuthenticatedHttpRequest, session_id: UUID, number: int) -> HttpResponse:
-    session = _get_session_for_user(request, session_id)
+    session = session_for_user(request, session_id)
     turn = session.turns.filter(number=number).first()
     if turn is None:
         raise Http404("No such turn")
     return render(request, "sessions/turn.html", {
         "session": session,
         "turn": turn,
-        "budget": _budget(session, turn),
+        **fragments.gauge_context(session, turn, now=False),
+        **fragments.flow_context(session, turn, live=False),
+        **fragments.llm_context(session, turn, page=request.GET.get("page"), live=False),
         "previous": number - 1 if number > 1 else None,
         "next": number + 1 if number < session.turns_count else None,
     })
@@ -126,7 +136,7 @@ def turn_detail(request: AuthenticatedHttpRequest, session_id: UUID, number: int
 @require_GET
 @login_required
 def session_export(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
-    session = _get_session_for_user(request, session_id)
+    session = session_for_user(request, session_id)
     response = HttpResponse(services.session_export(session=session), content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="contextlab-session-{session.id}.zip"'
     return response

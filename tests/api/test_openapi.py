@@ -7,6 +7,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver
 
 from contextlab.api import urls as api_urls
+from contextlab.insights import api_urls as insights_api_urls
 
 
 def _documented_path(pattern: str) -> str:
@@ -26,7 +27,8 @@ def test_it_serves_an_openapi_3_document_without_a_token(db):
 def test_it_documents_every_route_with_its_methods(db):
     schema = Client().get("/api/v1/openapi.json").json()
     routes = set()
-    for entry in api_urls.urlpatterns:
+    # The insights app mounts its endpoint under /api/v1/ too.
+    for entry in [*api_urls.urlpatterns, *insights_api_urls.urlpatterns]:
         assert isinstance(entry, URLPattern | URLResolver)
         if entry.name:
             routes.add(_documented_path(str(entry.pattern)))
@@ -36,7 +38,8 @@ def test_it_documents_every_route_with_its_methods(db):
         documented = set(schema["paths"][path]) & client_methods
         assert documented, path
         # The decorated view answers 405 to every method it does not document.
-        url = "/api/v1" + path.replace("{session_id}", str(uuid.UUID(int=0))).replace("{number}", "1")
+        url = "/api/v1" + path.replace("{session_id}", str(uuid.UUID(int=0))).replace("{number}", "1").replace(
+            "{run_id}", "1")
         for method in client_methods - documented:
             response = getattr(Client(), method)(url)
             assert response.status_code == 405, (path, method)

@@ -96,13 +96,14 @@ def test_it_shows_a_session(alice_client, worked_session):
 
 
 def test_it_pages_the_messages_with_htmx(alice_client, worked_session, monkeypatch):
-    from contextlab.sessions import views
+    from contextlab.dashboard import fragments
 
-    monkeypatch.setattr(views, "MESSAGES_PER_PAGE", 5)
-    response = alice_client.get(worked_session.get_absolute_url(), {"page": 2},
-                                headers={"HX-Request": "true", "HX-Target": "messages"})
+    monkeypatch.setattr(fragments, "MESSAGES_PER_PAGE", 5)
+    response = alice_client.get(f"{worked_session.get_absolute_url()}messages/", {"page": 2},
+                                headers={"HX-Request": "true", "HX-Target": "fate-panel"})
     page = response.content.decode()
-    assert page.lstrip().startswith('<section class="card" id="messages">')
+    # Away from page 1 the list has its own id, so live pushes leave it alone.
+    assert page.lstrip().startswith('<div id="fate-page"')
     assert "Page 2 of" in page
 
 
