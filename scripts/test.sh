@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs, then runs it: lint, types, the
-# whole suite on SQLite (embedded mode), and the web suite again on the local
-# PostgreSQL.
+# whole suite in embedded mode (SQLite, in-memory channel layer, jobs on a
+# thread pool), then the web suites again in scaled mode against the local
+# PostgreSQL and Redis, with real worker and web processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -19,9 +20,12 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy contextlab
 
-echo "== pytest (embedded: SQLite)"
+echo "== pytest (embedded mode: SQLite)"
 .venv/bin/python -m pytest -q "$@"
 
-echo "== pytest (PostgreSQL)"
+echo "== pytest (scaled mode: PostgreSQL + Redis, celery worker, two web processes)"
 DATABASE_URL="${CONTEXTLAB_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/contextlab}" \
-  .venv/bin/python -m pytest -q tests/sessions tests/api "$@"
+REDIS_URL="${CONTEXTLAB_TEST_REDIS_URL:-redis://127.0.0.1:6379/14}" \
+CONTEXTLAB_SCALED_TESTS=1 \
+  .venv/bin/python -m pytest -q tests/sessions tests/api tests/jobs tests/scaled tests/gateway tests/insights \
+  tests/dashboard "$@"

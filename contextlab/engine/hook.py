@@ -1007,6 +1007,10 @@ class ContextManager:
             "recent": list(self._recent),
             "slid_out": list(self._slid_out),
             "pinned_ids": list(self.pinned_ids),
+            # The delta since the last turn: an append saved in one request and
+            # the hook run in the next must still show the appended messages.
+            "pending_delta": {"added": list(self._added), "changed": list(self._changed),
+                              "removed": list(self._removed)},
             "files": self.files.to_dict(),
             "stale": {k: v for k, v in self.stale.items() if history or k in live},
             "gone": sorted(self._gone) if history else [],
@@ -1046,6 +1050,10 @@ class ContextManager:
         manager.pinned_ids = list(state.get("pinned_ids", []))
         manager._archive_files = set(state.get("archive_files", []))
         manager.files = LiveFileTracker.from_dict(state.get("files") or {})
+        delta = state.get("pending_delta") or {}
+        manager._added = list(delta.get("added", []))
+        manager._changed = list(delta.get("changed", []))
+        manager._removed = list(delta.get("removed", []))
         manager.stale = dict(state.get("stale") or {})
         # A lean state has no "gone" list, but then it keeps only live stale reads.
         manager._gone = set(state.get("gone") or [])

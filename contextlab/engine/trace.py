@@ -20,8 +20,10 @@ Schema ``contextlab.trace/1`` (every value JSON-serialisable):
     ``steps`` [StepRecord], ``flaws_avoided`` [{name, title, detail}] (policy
     ``contextlab``: what CoPaw would have done wrong at this turn),
     ``copaw_losses`` [{name, title, detail}] (policy ``copaw``: where CoPaw lost
-    context at this turn), ``payload`` {message_ids, pinned_message_ids,
-    summary_version, tokens: {system, summary, messages, tool_results, total}},
+    context at this turn), ``payload`` {message_count, first_message_id,
+    last_message_id, added_ids, removed_ids, changed_ids (the delta against the
+    previous turn), pinned_message_ids, summary_version, tokens: {system,
+    summary, messages, tool_results, total}},
     ``error`` (str | null).
 
 ``StepRecord``

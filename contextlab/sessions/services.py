@@ -373,7 +373,7 @@ def _persist(session: AgentSession, manager: ContextManager, *, before: Mapping[
     _persist_summaries(session, manager)
     _persist_offloaded(session, manager)
     profile = manager.profile
-    session.engine_state = manager.export_state()
+    session.engine_state = manager.export_state(history=False)
     session.summary = manager.summary or ""
     session.summary_version = manager.summary_version
     session.turns_count = manager.turn
@@ -404,7 +404,7 @@ def session_create(*, owner: User, system_prompt: str, profile: AgentProfile | N
                            tokens_threshold=engine_profile.threshold,
                            tokens_window=engine_profile.max_input_length)
     manager = ContextManager(engine_profile, session.workspace, system_prompt=system_prompt)
-    session.engine_state = manager.export_state()
+    session.engine_state = manager.export_state(history=False)
     session.save()
     return session
 
@@ -1064,7 +1064,7 @@ def _import_reset(session: AgentSession) -> None:
             model.objects.filter(session=session).delete()
         shutil.rmtree(session.workspace, ignore_errors=True)
         manager = ContextManager(session.profile.to_engine(), session.workspace, system_prompt=session.system_prompt)
-        session.engine_state = manager.export_state()
+        session.engine_state = manager.export_state(history=False)
         session.summary = ""
         for name in ("summary_version", "tokens_used", "turns_count", "compactions_count", "failures_count",
                      "messages_count", "live_count"):

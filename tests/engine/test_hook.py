@@ -323,3 +323,14 @@ def test_it_keeps_an_archive_write_whose_turn_was_saved(tmp_path) -> None:
     dialog = next((m.workspace / "dialog").glob("*.jsonl"))
     assert dialog.read_text().count("\n") == len(saved["archived_ids"])
     assert not restarted.archive.journal_path.exists()
+
+
+def test_it_keeps_the_payload_delta_across_a_save_between_append_and_hook(tmp_path) -> None:
+    m = manager(tmp_path)
+    m.append([user("hello")])
+    m.prepare()
+    m.append([user("more")])
+    state = json.loads(json.dumps(m.export_state(history=False)))
+    again = ContextManager.from_state(SMALL, m.workspace, state)
+    turn = again.prepare()
+    assert turn.trace.payload["added_ids"] == [again.messages[-1].id]
