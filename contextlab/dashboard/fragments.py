@@ -204,7 +204,27 @@ def flow_context(session: AgentSession, turn: Turn | None, *, live: bool) -> dic
 # -- LLM view ---------------------------------------------------------------------------------
 
 
-def _payload_row(row: payload_diff.Row) -> dict[str, Any]:
+def _stale_calls(session: AgentSession, turn_number: int) -> dict[str, dict[str, Any]]:
+    """Tool-call ids of read results that were stale by ``turn_number``.
+
+    The engine keeps the stale reads still in the live context (its state's
+    ``stale``): a read whose file a later call wrote, so the model is looking
+    at an old version.
+    """
+    stale = (session.engine_state or {}).get("stale") or {}
+    wanted = {mid: info for mid, info in stale.items() if int(info.get("before_turn") or 0) <= turn_number}
+    if not wanted:
+        return {}
+    calls: dict[str, dict[str, Any]] = {}
+    for row in SessionMessage.objects.filter(session=session, message_id__in=list(wanted)).only(
+            "message_id", "content").order_by():
+        for block in row.content or []:
+            if block.get("type") == "tool_result":
+                calls[str(block.get("id"))] = wanted[row.message_id]
+    return calls
+
+
+def _payload_row(row: payload_diff.Row, stale: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     text = payload_diff.message_text(row.message)
     data: dict[str, Any] = {
         "status": row.status, "layer": row.layer, "layer_label": payload_diff.LAYER_LABELS[row.layer],
@@ -212,6 +232,7 @@ def _payload_row(row: payload_diff.Row) -> dict[str, Any]:
         "index": row.index, "previous_index": row.previous_index,
         "chars": len(text), "preview": textsafe.preview(text, head_lines=6, head_chars=900),
         "tool_call_id": row.message.get("tool_call_id") or "",
+        "stale": (stale or {}).get(str(row.message.get("tool_call_id") or "")),
     }
     if row.status == "changed" and row.previous is not None:
         old = payload_diff.message_text(row.previous)
@@ -228,13 +249,14 @@ def llm_context(session: AgentSession, turn: Turn | None, *, page: str | int | N
     previous = (session.turns.filter(number=turn.number - 1).only("payload", "number", "session_id").first()
                 if turn.number > 1 else None)
     rows = payload_diff.diff_payloads(previous.payload if previous else [], turn.payload or [])
+    stale = _stale_calls(session, turn.number)
     counts = payload_diff.counts(rows)
     paged: Page[payload_diff.Row] = Paginator(rows, PAYLOAD_ROWS_PER_PAGE).get_page(page)
     layers = turn.layer_tokens()
     total = max(layers.get("total", 0), 1)
     return {
         "llm_turn": turn, "llm_live": live and paged.number == 1,
-        "llm_page": paged, "llm_rows": [_payload_row(r) for r in paged.object_list],
+        "llm_page": paged, "llm_rows": [_payload_row(r, stale) for r in paged.object_list],
         "llm_counts": counts, "llm_previous": previous.number if previous else None,
         "llm_layers": [{"key": key, "label": payload_diff.LAYER_LABELS[key], "tokens": layers.get(key, 0),
                         "percent": round(100 * layers.get(key, 0) / total, 2)} for key in payload_diff.LAYERS],
@@ -290,6 +312,13 @@ def fate_rows(session: AgentSession, rows: list[SessionMessage]) -> list[dict[st
         if row.compacted_turn is not None:
             events.append({"kind": "compacted", "text": f"compacted in turn {row.compacted_turn}"
                            + (f" into summary v{row.summary_version}" if row.summary_version else "")})
+        for event in row.fate or []:
+            if event.get("event") == "stale":
+                events.append({"kind": "stale", "text": f"stale: {event.get('path')} was written later "
+                               f"(by message {event.get('written_by')}); the model sees an old version"})
+            elif event.get("event") == "evicted":
+                events.append({"kind": "evicted", "text": f"{event.get('action')} by the eviction policy in turn "
+                               f"{event.get('turn')}", "detail": str(event.get("reason") or "")})
         if row.archive_file:
             events.append({"kind": "archived", "text": f"archived at {row.archive_file}:{row.archive_line}",
                            "file": row.archive_file, "line": row.archive_line})
