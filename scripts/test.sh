@@ -26,6 +26,7 @@ echo "== pytest (embedded mode: SQLite)"
 echo "== pytest (scaled mode: PostgreSQL + Redis, celery worker, two web processes)"
 DATABASE_URL="${CONTEXTLAB_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/contextlab}" \
 REDIS_URL="${CONTEXTLAB_TEST_REDIS_URL:-redis://127.0.0.1:6379/14}" \
+CONTEXTLAB_REDIS_PREFIX="contextlab-ci-$$:" \
 CONTEXTLAB_SCALED_TESTS=1 \
   .venv/bin/python -m pytest -q tests/sessions tests/api tests/jobs tests/scaled tests/gateway tests/insights \
   tests/dashboard "$@"
