@@ -15,6 +15,9 @@ from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.getenv("CONTEXTLAB_VAR_DIR", BASE_DIR / "var"))
+# The SQLite file, workspaces and tokenizer files live here; SQLite will not
+# create the folder itself.
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def envbool(name: str, default: str) -> bool:
