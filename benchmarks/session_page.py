@@ -26,7 +26,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,8 +45,6 @@ def _setup(folder: Path) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    # WhiteNoise warns once per request that static files were never collected.
-    warnings.filterwarnings("ignore", message="No directory at")
 
 
 def _median_ms(function: Callable[[], object], repeat: int) -> float:

@@ -120,7 +120,14 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# WhiteNoise serves the static files straight from where the finders find them
+# (static/ and the apps' own, htmx's included), in every mode and with DEBUG
+# off: no collect step exists that a fresh clone or a new process role could
+# forget. It reads them once at start-up. A deployment that wants the files
+# collected (for a CDN or a reverse proxy) names a folder and runs
+# `manage.py collectstatic`; WhiteNoise then serves that folder too.
+WHITENOISE_USE_FINDERS = True
+STATIC_ROOT = os.getenv("CONTEXTLAB_STATIC_ROOT") or None
 
 REDIS_URL = os.getenv("REDIS_URL", "")
 if REDIS_URL:

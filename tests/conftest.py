@@ -20,12 +20,6 @@ from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # WhiteNoise warns on every test client request that STATIC_ROOT has not
-    # been collected yet; tests never serve collected static files.
-    config.addinivalue_line("filterwarnings", "ignore:No directory at:UserWarning")
-
-
 @pytest.fixture(autouse=True)
 def _workspaces(settings: Any, tmp_path: Path) -> Iterator[Path]:
     # Every test gets its own workspaces folder, never the developer's var/.
