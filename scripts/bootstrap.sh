@@ -16,8 +16,9 @@ extras="${CONTEXTLAB_EXTRAS:-dev,scaled}"
 wanted="$(sha256sum pyproject.toml | cut -c1-16)-$extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "== installing ContextLab and its dependencies ($extras)"
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[$extras]"
+  # No "a new pip is available" notice: the next line installs the newest.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
   echo "$wanted" > "$stamp"
 fi
 echo "== tokenizer vocabularies"

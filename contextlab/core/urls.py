@@ -6,4 +6,5 @@ from contextlab.core import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="cl-healthz"),
+    path("favicon.ico", views.favicon, name="cl-favicon"),
 ]

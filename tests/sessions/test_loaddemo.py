@@ -4,7 +4,8 @@ import io
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.db import connection
 
 from contextlab.sessions.models import AgentSession
 from tests.conversations import CORPUS, TAU_BENCH
@@ -16,7 +17,20 @@ def _run(**options):
     return out.getvalue()
 
 
-def test_it_creates_the_demo_user_and_a_session_with_compactions(db, tmp_path):
+@pytest.fixture
+def embedded(db):
+    # The suite runs once on SQLite and once on PostgreSQL (scripts/test.sh).
+    if connection.vendor != "sqlite":
+        pytest.skip("the demo login exists only on the embedded SQLite database")
+
+
+@pytest.fixture
+def shared(db):
+    if connection.vendor == "sqlite":
+        pytest.skip("runs on a shared database (the scaled-mode run of the suite, on PostgreSQL)")
+
+
+def test_it_creates_the_demo_user_and_a_session_with_compactions(embedded, tmp_path):
     output = _run(corpus=str(tmp_path))  # an empty corpus: the shipped conversation is used
     assert "password 'demo'" in output
     user = User.objects.get(username="demo")
@@ -27,7 +41,7 @@ def test_it_creates_the_demo_user_and_a_session_with_compactions(db, tmp_path):
     assert session.status == "active"
 
 
-def test_it_is_idempotent(db, tmp_path):
+def test_it_is_idempotent(embedded, tmp_path):
     _run(corpus=str(tmp_path))
     output = _run(corpus=str(tmp_path))
     assert "already there" in output
@@ -36,8 +50,39 @@ def test_it_is_idempotent(db, tmp_path):
 
 
 @pytest.mark.skipif(not TAU_BENCH.exists(), reason="the shared corpus is not present")
-def test_it_imports_the_tau_bench_transcript_when_the_corpus_is_there(db):
+def test_it_imports_the_tau_bench_transcript_when_the_corpus_is_there(embedded):
     _run(corpus=str(CORPUS))
     session = AgentSession.objects.get()
     assert session.source["format"] == "tau_bench"
     assert session.compactions_count >= 1
+
+
+def test_it_gives_the_demo_session_to_an_existing_owner_without_creating_a_login(alice, tmp_path):
+    output = _run(corpus=str(tmp_path), owner="alice")
+    assert "log in as alice" in output
+    assert not User.objects.filter(username="demo").exists()
+    session = AgentSession.objects.get()
+    assert session.owner == alice
+    assert session.compactions_count >= 1
+    assert "already there" in _run(corpus=str(tmp_path), owner="alice")
+
+
+def test_it_refuses_an_owner_who_does_not_exist(db, tmp_path):
+    with pytest.raises(CommandError, match="no user 'nobody'"):
+        _run(corpus=str(tmp_path), owner="nobody")
+    assert not User.objects.exists()
+    assert not AgentSession.objects.exists()
+
+
+def test_it_never_creates_the_demo_login_on_a_shared_database(shared, tmp_path):
+    with pytest.raises(CommandError, match="never created on a shared database"):
+        _run(corpus=str(tmp_path))
+    assert not User.objects.filter(username="demo").exists()
+    assert not AgentSession.objects.exists()
+
+
+def test_it_warns_about_a_demo_login_an_earlier_start_left_on_a_shared_database(shared, alice, tmp_path):
+    User.objects.create_user("demo", password="demo")
+    errors = io.StringIO()
+    call_command("loaddemo", corpus=str(tmp_path), owner="alice", stdout=io.StringIO(), stderr=errors)
+    assert "user 'demo' with the password 'demo'" in errors.getvalue()

@@ -1,9 +1,15 @@
-"""Create the demo user and one demo session, once.
+"""Load one demo session, once.
 
 The session replays a real transcript from the shared corpus (tau-bench, an
 airline customer-service agent) with a small window so compaction fires; when
 the corpus is not there it replays the small conversation shipped beside this
 app instead. Running it again changes nothing.
+
+It belongs to the well-known login ``demo`` / ``demo``, created here, only on
+the embedded SQLite database of a one-machine start. On any other database (a
+shared PostgreSQL, which scaled web processes serve to whoever reaches them)
+that login is never created: the session goes to an existing user named with
+``--owner``.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
@@ -32,18 +39,31 @@ def corpus_dir() -> Path:
 
 
 class Command(BaseCommand):
-    help = "Create the 'demo' user (password 'demo') and import one demo session. Idempotent."
+    help = ("Import one demo session. On the embedded SQLite database it belongs to the user 'demo' "
+            "(password 'demo'), created if missing; on any other database name an existing user with --owner. "
+            "Idempotent.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--corpus", help="corpus folder (default: $CONTEXTLAB_CORPUS_DIR or ../shared/corpus/raw)")
+        parser.add_argument("--owner", metavar="USERNAME",
+                            help="an existing user who gets the demo session; no 'demo' login is created")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = User.objects.filter(username="demo").first()
-        if user is None:
-            user = User.objects.create_user("demo", password="demo")
-            self.stdout.write("Created user 'demo' with password 'demo'.")
+        if not embedded_database():
+            self._warn_if_demo_login_left()
+        if options.get("owner"):
+            user = User.objects.filter(username=options["owner"]).first()
+            if user is None:
+                raise CommandError(f"There is no user {options['owner']!r}: create one first "
+                                   "(python manage.py createsuperuser).")
+        elif not embedded_database():
+            raise CommandError(
+                f"This database is not the embedded SQLite one (it is {connection.vendor}): the well-known "
+                "login demo / demo is never created on a shared database. Create an account with "
+                "`python manage.py createsuperuser`, then load the demo for it with "
+                "`python manage.py loaddemo --owner USERNAME`.")
         else:
-            self.stdout.write("User 'demo' exists (password 'demo' unless someone changed it).")
+            user = self._demo_user()
 
         profile = AgentProfile.objects.filter(owner=user, name="demo").first()
         if profile is None:
@@ -61,4 +81,26 @@ class Command(BaseCommand):
         session = services.transcript_import(owner=user, path=source, profile=profile, title=title)
         self.stdout.write(
             f"Imported {source.name}: {session.turns_count} turns, {session.compactions_count} compaction(s). "
-            f"Open {session.get_absolute_url()} and log in as demo / demo.")
+            f"Open {session.get_absolute_url()} and log in as {user.get_username()}.")
+
+    def _demo_user(self) -> User:
+        user = User.objects.filter(username="demo").first()
+        if user is None:
+            user = User.objects.create_user("demo", password="demo")
+            self.stdout.write("Created user 'demo' with password 'demo'.")
+        else:
+            self.stdout.write("User 'demo' exists (password 'demo' unless someone changed it).")
+        return user
+
+    def _warn_if_demo_login_left(self) -> None:
+        # Earlier versions of the start script created it on any database.
+        demo = User.objects.filter(username="demo").first()
+        if demo is not None and demo.check_password("demo"):
+            self.stderr.write(
+                "Warning: this shared database has a user 'demo' with the password 'demo', which anyone can "
+                "log in as. Change its password (python manage.py changepassword demo) or delete it.")
+
+
+def embedded_database() -> bool:
+    """Whether the database is SQLite: a file of this machine, not a database others share."""
+    return connection.vendor == "sqlite"
