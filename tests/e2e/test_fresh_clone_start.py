@@ -163,13 +163,14 @@ def check_the_session_page(base: str, username: str, password: str, screenshot: 
             page.wait_for_url(f"{base}/")
             session_url = page.get_attribute('table a[href^="/sessions/"]', "href")
             assert session_url, "the sessions list shows no session"
-            page.goto(f"{base}{session_url}")
-            # The page marks the socket "live" when htmx's websocket extension has opened it.
-            page.wait_for_selector('#live-state[data-state="live"]', timeout=30_000)
+            page.goto(f"{base}{session_url}", wait_until="load")
             # Only app.css paints the top bar this colour.
             topbar = page.evaluate("getComputedStyle(document.querySelector('.topbar')).backgroundColor")
-            assert topbar == "rgb(21, 26, 38)", f"the stylesheet did not apply (top bar: {topbar})"
-            assert page.evaluate("typeof window.htmx === 'object' && typeof window.htmx.ajax === 'function'")
+            assert topbar == "rgb(21, 26, 38)", f"the stylesheet did not apply (top bar: {topbar}); failed: {failed}"
+            assert page.evaluate("typeof window.htmx === 'object' && typeof window.htmx.ajax === 'function'"), (
+                f"htmx did not load; failed: {failed}")
+            # The page marks the socket "live" when htmx's websocket extension has opened it.
+            page.wait_for_selector('#live-state[data-state="live"]', timeout=30_000)
             page.wait_for_selector("#chart-canvas .uplot canvas", timeout=15_000)
             size = page.evaluate("(() => { const c = document.querySelector('#chart-canvas .uplot canvas');"
                                  " const box = c.getBoundingClientRect(); return [box.width, box.height]; })()")
@@ -217,10 +218,10 @@ def test_it_serves_the_same_page_from_the_procfile_roles_in_scaled_mode(clone, s
                         newcomer_env(clone, PORT=str(port), **scaled))
         processes.append(start)
         start.wait_until_it_answers(base, FIRST_START_SECONDS, say)
-        assert "no demo login on a shared database" in start.output()
         with psycopg.connect(_database_url(name)) as conn:
             row = conn.execute("SELECT count(*) FROM auth_user WHERE username = 'demo'").fetchone()
         assert row == (0,), "start.sh created the demo login on a shared database"
+        assert "no demo login on a shared database" in start.output()
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as playwright:
