@@ -28,7 +28,14 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.browser import CHROMIUM, LAUNCH_ARGS, needs_chromium
-from tests.scaled.deployment import MAINTENANCE_URL, TEST_REDIS_URL, _database_url, free_port
+from tests.scaled.deployment import (
+    MAINTENANCE_URL,
+    TEST_REDIS_URL,
+    _database_url,
+    delete_redis_keys,
+    drop_database,
+    free_port,
+)
 
 HERE = Path(__file__).resolve().parent
 # A newcomer's environment has none of the variables the test run set.
@@ -269,9 +276,5 @@ def test_it_serves_the_same_page_from_the_procfile_roles_in_scaled_mode(clone, s
     finally:
         for process in processes:
             process.stop()
-        with psycopg.connect(MAINTENANCE_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        client = redis.Redis.from_url(TEST_REDIS_URL)
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
+        drop_database(name)
+        delete_redis_keys(prefix)

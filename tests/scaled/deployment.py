@@ -50,6 +50,22 @@ def _database_url(name: str) -> str:
 MAINTENANCE_URL = _database_url("postgres")
 
 
+def drop_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(MAINTENANCE_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def delete_redis_keys(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
 @dataclass
 class Process:
     name: str
@@ -126,19 +142,12 @@ class Deployment:
         self.manage("migrate", "--noinput")
 
     def destroy(self) -> None:
-        import psycopg
-        import redis
-
         self.stop_all()
         if self.mode != "scaled":
             return
         if self.created:
-            with psycopg.connect(MAINTENANCE_URL, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-        client = redis.Redis.from_url(TEST_REDIS_URL)
-        keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
+            drop_database(self.name)
+        delete_redis_keys(self.prefix)
 
     # -- one-off commands ----------------------------------------------------------------
 
