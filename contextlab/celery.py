@@ -34,10 +34,10 @@ def _reap_on_start(sender: Any = None, **kwargs: Any) -> None:
     # A worker that starts may be replacing one that was killed: the runs that
     # one left "running" are failed now rather than at the next beat sweep
     # (which may be half a minute away, or never if no beat process runs).
-    from contextlab.sessions.tasks import reap_stale_runs
-
     try:
-        reap_stale_runs.delay()
+        # By name: importing the task module here would close the circle
+        # celery -> tasks -> workflows -> jobs -> celery.
+        app.send_task("contextlab.sessions.tasks.reap_stale_runs")
     except Exception:  # the broker is down: the beat sweep will do it later
         log.exception("could not queue the sweep for stale runs")
 

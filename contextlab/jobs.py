@@ -47,6 +47,9 @@ _pending_changed = threading.Condition()
 _held: set[int] = set()
 _held_lock = threading.Lock()
 
+# The tasks this module starts itself, by name (see ``task_named``).
+RECOVER_RUNS = "contextlab.sessions.tasks.recover_runs"
+
 _embedded_started = False
 _embedded_lock = threading.Lock()
 _beat: Any = None
@@ -59,12 +62,31 @@ def embedded() -> bool:
 # -- enqueueing --------------------------------------------------------------------------
 
 
-def enqueue(task: Task, *args: Any, on_error: Callable[[Exception], None] | None = None) -> None:
+def task_named(name: str) -> Task:
+    """The registered Celery task called ``name`` (e.g. ``"contextlab.sessions.tasks.compact_session"``).
+
+    Workflows name the task they start instead of importing its module: the
+    tasks import the workflows, so importing them back would close a circle.
+    """
+    from contextlab.celery import app
+
+    if name not in app.tasks:
+        # Task modules are imported when a worker starts; a web process (or a
+        # test) that enqueues first imports them here, once.
+        app.loader.import_default_modules()
+    task: Task = app.tasks[name]
+    return task
+
+
+def enqueue(task: Task | str, *args: Any, on_error: Callable[[Exception], None] | None = None) -> None:
     """Run ``task(*args)`` in the background once the current transaction commits.
 
-    ``on_error`` is called when the job cannot be handed over (the broker is
-    down): the caller's row can then say so instead of waiting forever.
+    ``task`` is the task or its registered name. ``on_error`` is called when the
+    job cannot be handed over (the broker is down): the caller's row can then
+    say so instead of waiting forever.
     """
+    if isinstance(task, str):
+        task = task_named(task)
     if not embedded():
         if on_error is None:
             task.delay_on_commit(*args)
@@ -195,11 +217,10 @@ def start_embedded() -> None:
     from celery.beat import EmbeddedService
 
     from contextlab.celery import app
-    from contextlab.sessions.tasks import recover_runs
 
     # The previous process's in-memory job queue died with it: fail the runs it
     # was running and start again the ones it had not started.
-    submit(recover_runs)
+    submit(task_named(RECOVER_RUNS))
     settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
     _beat = EmbeddedService(app, thread=True, schedule_filename=settings.CELERY_BEAT_SCHEDULE_FILENAME)
     _beat.start()

@@ -15,6 +15,7 @@ from celery import Task
 from django.utils.dateparse import parse_datetime
 
 from contextlab.celery import task
+from contextlab.sessions import services
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,7 @@ def _moment(at: str | None) -> datetime | None:
 
 @task(bind=True, max_retries=BUSY_RETRIES)
 def compact_session(self: Task, run_id: int) -> str:
-    from contextlab.sessions.services import compaction_work
-
-    outcome = compaction_work(run_id=run_id)
+    outcome = services.compaction_work(run_id=run_id)
     if outcome == "busy" and not self.request.is_eager:
         raise self.retry(countdown=BUSY_RETRY_SECONDS)
     return outcome
@@ -48,9 +47,7 @@ def compact_session(self: Task, run_id: int) -> str:
 
 @task(bind=True, max_retries=BUSY_RETRIES)
 def import_transcript(self: Task, run_id: int) -> str:
-    from contextlab.sessions.services import transcript_import_work
-
-    outcome = transcript_import_work(run_id=run_id)
+    outcome = services.transcript_import_work(run_id=run_id)
     if outcome == "busy" and not self.request.is_eager:
         raise self.retry(countdown=BUSY_RETRY_SECONDS)
     return outcome
@@ -58,29 +55,21 @@ def import_transcript(self: Task, run_id: int) -> str:
 
 @task()
 def prune_expired_files(at: str | None = None) -> dict[str, Any]:
-    from contextlab.sessions.services import offloaded_prune
-
-    result = offloaded_prune(now=_moment(at))
+    result = services.offloaded_prune(now=_moment(at))
     return {"sessions": result.sessions, "removed": len(result.removed), "kept_referenced": result.kept_referenced}
 
 
 @task()
 def consolidate_memory(at: str | None = None) -> list[str]:
-    from contextlab.sessions.services import memory_consolidate_due
-
-    return [f"{c.session_id}: +{len(c.added)} -{len(c.removed)}" for c in memory_consolidate_due(now=_moment(at))]
+    return [f"{c.session_id}: +{len(c.added)} -{len(c.removed)}" for c in services.memory_consolidate_due(now=_moment(at))]
 
 
 @task()
 def reap_stale_runs() -> list[int]:
-    from contextlab.sessions.services import runs_reap
-
-    return runs_reap()
+    return services.runs_reap()
 
 
 @task()
 def recover_runs() -> dict[str, list[int]]:
-    from contextlab.sessions.services import runs_recover
-
-    failed, queued = runs_recover()
+    failed, queued = services.runs_recover()
     return {"failed": failed, "queued": queued}

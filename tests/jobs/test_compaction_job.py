@@ -10,6 +10,7 @@ from django.utils import timezone
 from contextlab import jobs
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage
+from contextlab.sessions.services import runs
 from tests.conversations import answer, tool_turn
 from tests.fakellm import FakeLLM, Reply, Sleep, Status
 from tests.invariants import assert_nothing_lost
@@ -196,7 +197,7 @@ class _BrokerDown:
 def test_it_fails_a_run_whose_job_could_not_be_queued(alice_session, settings):
     settings.CONTEXTLAB_JOBS_MODE = "scaled"
     run = CompactionRun.objects.create(session=alice_session)
-    jobs.enqueue(_BrokerDown(), run.pk, on_error=lambda exc: services._run_not_queued(run, exc))  # type: ignore[arg-type]
+    jobs.enqueue(_BrokerDown(), run.pk, on_error=lambda exc: runs.run_not_queued(run, exc))  # type: ignore[arg-type]
     run.refresh_from_db()
     assert run.status == CompactionRun.Status.FAILED
     assert "could not be queued (ConnectionRefusedError: the broker refused the connection)" in run.error

@@ -14,6 +14,7 @@ from contextlab.engine.errors import ContextLabError
 from contextlab.engine.importers import load_transcript
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage, Turn
+from contextlab.sessions.services import imports, runs
 from tests.conversations import DEMO_CONVERSATION
 from tests.invariants import assert_nothing_lost
 
@@ -46,7 +47,7 @@ def test_it_replays_in_the_background_and_reports_progress(alice, demo_profile, 
     assert session.messages_count == 18
     assert_nothing_lost(session)
     # The uploaded copy is gone once it is imported.
-    assert not services._import_source_dir(session.pk).exists()
+    assert not runs.import_source_dir(session.pk).exists()
 
     updates = [e for e in page.events() if e["type"] == "run.update"]
     assert updates[-1]["run"]["status"] == "done"
@@ -77,7 +78,7 @@ def test_it_leaves_a_closed_empty_session_that_says_why_when_the_replay_fails(al
     with transaction.atomic():
         session, run = services.transcript_import_enqueue(owner=alice, upload=_upload(), profile=demo_profile)
         assert run is not None
-        shutil.rmtree(services._import_source_dir(session.pk))
+        shutil.rmtree(runs.import_source_dir(session.pk))
     assert jobs.drain(60)
     run.refresh_from_db()
     session.refresh_from_db()
@@ -107,7 +108,7 @@ def _enqueued_but_not_run(alice, profile) -> tuple[AgentSession, CompactionRun]:
 def test_it_starts_again_from_scratch_when_an_import_is_retried(alice, demo_profile):
     session, run = _enqueued_but_not_run(alice, demo_profile)
     # A first worker replayed part of it, then died.
-    services._replay(session, load_transcript(next(services._import_source_dir(session.pk).glob("*"))).messages[:6])
+    imports._replay(session, load_transcript(next(runs.import_source_dir(session.pk).glob("*"))).messages[:6])
     CompactionRun.objects.filter(pk=run.pk).update(status="running", started=timezone.now())
     assert services.transcript_import_work(run_id=run.pk) == "done"
     session.refresh_from_db()

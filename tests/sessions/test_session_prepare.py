@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage, SummaryVersion, Turn
+from contextlab.sessions.services import persistence
 from tests.conversations import answer, tool_turn
 from tests.invariants import assert_nothing_lost
 
@@ -64,9 +65,9 @@ def test_it_persists_the_same_step_twice_without_duplicates(alice_session):
     services.messages_append(session=alice_session, messages=tool_turn(1))
     services.session_prepare(session=alice_session)
     alice_session.refresh_from_db()
-    manager = services._manager(alice_session)
+    manager = persistence.load_manager(alice_session)
     before = dict.fromkeys(manager.fate, 0)
     originals = {}
-    services._persist(alice_session, manager, before=before, originals=originals)
+    persistence.persist_step(alice_session, manager, before=before, originals=originals)
     assert SessionMessage.objects.filter(session=alice_session).count() == 3
     assert Turn.objects.filter(session=alice_session).count() == 1

@@ -1,0 +1,175 @@
+"""Manual compaction of a session: run now, or queued as a background run a worker executes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from contextlab import jobs
+from contextlab.engine.errors import ContextLabError
+from contextlab.sessions.models import (
+    AgentSession,
+    CompactionRun,
+    Turn,
+)
+from contextlab.sessions.services.inputs import (
+    MAX_INSTRUCTION_LENGTH,
+    RunInProgress,
+    SessionUnavailable,
+    check_text,
+)
+from contextlab.sessions.services.live_state import run_announce
+from contextlab.sessions.services.persistence import (
+    fate_sizes,
+    locked_session,
+    persist_step,
+    trace_step,
+)
+from contextlab.sessions.services.runs import COMPACT_SESSION, run_claim, run_not_queued
+
+log = logging.getLogger(__name__)
+
+
+def compaction_preview(*, session: AgentSession) -> dict[str, Any]:
+    """Which messages a manual compaction would summarise and which it would keep."""
+    # Under the lock like a turn, because loading the engine may cut back the
+    # archive (see ``load_manager``).
+    with locked_session(session) as (_, manager):
+        return manager.preview_compaction().to_dict()
+
+
+def compaction_run(*, session: AgentSession, instruction: str | None = None,
+                   requested_by: User | None = None) -> CompactionRun:
+    """Record a manual compaction and run it now (a background job calls ``compaction_execute``)."""
+    if instruction is not None:
+        instruction = check_text(instruction, "instruction", max_length=MAX_INSTRUCTION_LENGTH)
+    run = CompactionRun.objects.create(session=session, instruction=instruction or "", requested_by=requested_by)
+    # Held like a worker holds it, so the sweep for dead workers leaves it alone.
+    with jobs.hold_run(run.pk):
+        compaction_execute(run=run)
+    return run
+
+
+def compaction_execute(*, run: CompactionRun) -> CompactionRun:
+    run.mark_running()
+    try:
+        with locked_session(run.session) as (locked, manager):
+            before = fate_sizes(manager)
+            result = manager.compact(run.instruction or None)
+            turn = persist_step(locked, manager, before=before, result=result)
+    except ContextLabError as exc:
+        run.mark_failed(exc.message)
+        raise
+    except Exception as exc:
+        run.mark_failed(f"{type(exc).__name__}: {exc}")
+        raise
+    assert turn is not None
+    run.mark_done(turn_number=turn.number, outcome=turn.outcome)
+    return run
+
+
+def _summary_failure(trace: Mapping[str, Any]) -> str:
+    reasons: list[str] = []
+    for name in ("summary", "validity"):
+        step = trace_step(trace, name)
+        if step.get("status") == "failed":
+            reasons.extend(str(r) for r in step.get("reasons") or [])
+    return "; ".join(reasons) or "the summary failed"
+
+
+def _run_finish(run: CompactionRun, turn: Turn) -> None:
+    """Record how the compaction turn ended; a failed summary is a failed run."""
+    run.turn_number = turn.number
+    run.outcome = turn.outcome
+    run.finished = timezone.now()
+    if turn.outcome == "compaction_failed":
+        # The engine kept the messages and the previous summary; say why.
+        run.status = CompactionRun.Status.FAILED
+        run.error = _summary_failure(turn.trace) + " The previous summary and every message were kept."
+    else:
+        run.status = CompactionRun.Status.DONE
+        run.error = ""
+        if turn.outcome == "fallback_summary":
+            run.error = ("the summary model failed (" + _summary_failure(turn.trace)
+                         + "); the offline extractive summary was used instead")
+    run.save(update_fields=["status", "turn_number", "outcome", "finished", "error"])
+
+
+def compaction_enqueue(*, session: AgentSession, instruction: str | None = None,
+                       requested_by: User | None = None) -> CompactionRun:
+    """Record a manual compaction and run it in the background; the row says how it goes."""
+    if instruction is not None:
+        instruction = check_text(instruction, "instruction", max_length=MAX_INSTRUCTION_LENGTH)
+    if session.status == AgentSession.Status.IMPORTING:
+        raise SessionUnavailable("the session is still being imported; try again when it is done", field="session")
+    with transaction.atomic():
+        run = CompactionRun.objects.create(session=session, instruction=instruction or "",
+                                           requested_by=requested_by)
+        # Announced before the job starts, so "queued" never follows "running".
+        transaction.on_commit(lambda: run_announce(run))
+        jobs.enqueue(COMPACT_SESSION, run.pk, on_error=lambda exc: run_not_queued(run, exc))
+    return run
+
+
+def _step_outline(turn_so_far: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The steps of a turn in progress, without their (possibly long) details."""
+    return [{"step": s.get("step"), "status": s.get("status"), "outcome": s.get("outcome"),
+             "duration_ms": s.get("duration_ms")} for s in turn_so_far.get("steps") or []]
+
+
+def compaction_active(*, session: AgentSession) -> CompactionRun | None:
+    """The session's manual compaction that is queued or running, if any."""
+    return (CompactionRun.objects.filter(session=session, status__in=(CompactionRun.Status.QUEUED,
+                                                                      CompactionRun.Status.RUNNING))
+            .exclude(trigger="import").order_by("-created").first())
+
+
+def compaction_start(*, session: AgentSession, instruction: str | None = None,
+                     requested_by: User | None = None) -> CompactionRun:
+    """``compaction_enqueue`` for a person at the dashboard: refused (``RunInProgress``)
+    while another compaction of the session is queued or running, so a second
+    click never queues a second summary of the same messages."""
+    active = compaction_active(session=session)
+    if active is not None:
+        raise RunInProgress(f"compaction run {active.pk} is {active.status}; wait for it to finish",
+                            field="session")
+    return compaction_enqueue(session=session, instruction=instruction, requested_by=requested_by)
+
+
+def compaction_work(*, run_id: int) -> str:
+    """The background side of ``compaction_enqueue``: "done", "failed", "skipped" or "busy"."""
+    with jobs.hold_run(run_id) as held:
+        if not held:
+            return "busy"  # another worker has it (a second delivery of the same job)
+        run, retried = run_claim(run_id)
+        if run is None:
+            return "skipped"
+        if retried:
+            log.warning("compaction run %s: its previous worker died; running it again", run_id)
+        run_announce(run, retried=retried)
+        try:
+            with locked_session(run.session) as (locked, manager):
+                # Each finished step goes to the page at once, so a slow summary
+                # call shows where it stands (gate, split done; summary running).
+                manager.observer = lambda trace_step, turn_so_far: run_announce(run, steps=_step_outline(turn_so_far))
+                before = fate_sizes(manager)
+                result = manager.compact(run.instruction or None)
+                turn = persist_step(locked, manager, before=before, result=result)
+                assert turn is not None
+                # In the compaction's own transaction: "done" and the compaction
+                # are committed together, or neither is.
+                _run_finish(run, turn)
+        except ContextLabError as exc:
+            run.mark_failed(exc.message)
+        except Exception as exc:
+            log.exception("compaction run %s failed", run_id)
+            run.mark_failed(f"{type(exc).__name__}: {exc}")
+        run_announce(run)
+        return str(run.status)
+
+

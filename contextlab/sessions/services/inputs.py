@@ -1,0 +1,95 @@
+"""What every session workflow checks in what a client sends, and the errors it raises."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from contextlab.engine.convert import detect_message_format, from_agentscope, from_anthropic, from_openai
+from contextlab.engine.errors import ContextLabError, InvalidMessages, MalformedInput
+from contextlab.engine.messages import Message
+
+log = logging.getLogger(__name__)
+
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "contextlab.session-bundle/1"
+MAX_MESSAGE_ID_LENGTH = 200
+MAX_TITLE_LENGTH = 200
+MAX_INSTRUCTION_LENGTH = 20_000
+
+
+class SessionUnavailable(ContextLabError):
+    """The session cannot take this request now (an import is still replaying it)."""
+
+
+class PayloadTooLarge(MalformedInput):
+    """An upload over the configured size limit."""
+
+
+class RunInProgress(ContextLabError):
+    """A manual compaction of the session is already queued or running."""
+
+
+
+def check_text(value: Any, field: str, *, max_length: int | None = None) -> str:
+    if not isinstance(value, str):
+        raise MalformedInput(f"{field} must be a string", field=field)
+    if "\x00" in value:
+        raise MalformedInput(f"{field} holds a NUL character", field=field)
+    if max_length is not None and len(value) > max_length:
+        raise MalformedInput(f"{field} is longer than {max_length:,} characters", field=field)
+    return value
+
+
+def _find_nul(value: Any) -> bool:
+    """True when any string (key or value) inside ``value`` holds a NUL character."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def check_raw_messages(messages: Any) -> list[dict[str, Any]]:
+    if not isinstance(messages, list):
+        raise InvalidMessages("messages must be a list of message objects", field="messages")
+    if not messages:
+        raise InvalidMessages("messages is empty", field="messages")
+    for index, item in enumerate(messages):
+        # PostgreSQL text cannot hold NUL, so refuse it on every database
+        # rather than store a message SQLite keeps and PostgreSQL loses.
+        if _find_nul(item):
+            raise InvalidMessages(
+                "the message holds a NUL character (\\u0000), which cannot be stored; escape binary output",
+                field=f"messages[{index}]",
+            )
+    return messages
+
+
+def check_message_ids(messages: list[Message]) -> None:
+    for index, msg in enumerate(messages):
+        if len(msg.id) > MAX_MESSAGE_ID_LENGTH:
+            raise InvalidMessages(f"message id longer than {MAX_MESSAGE_ID_LENGTH} characters",
+                                  field=f"messages[{index}].id")
+
+
+def convert_messages(messages: list[dict[str, Any]], known_calls: Mapping[str, str]) -> list[Message]:
+    """Like ``messages_from_any``, but a batch may answer tool calls of an earlier batch."""
+    fmt = detect_message_format(messages)
+    if fmt == "anthropic":
+        return from_anthropic(messages, known_calls=known_calls)
+    if fmt == "agentscope":
+        return from_agentscope(messages, known_calls=known_calls)
+    return from_openai(messages, known_calls=known_calls)
+
+

@@ -1,0 +1,228 @@
+"""A session's engine, loaded under the session's row lock, and what one engine step changed, written back."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from contextlab.engine.hook import ContextManager, TurnResult
+from contextlab.engine.messages import Message, block_to_dict
+from contextlab.sessions.models import (
+    COMPACTION_OUTCOMES,
+    FAILURE_OUTCOMES,
+    AgentSession,
+    OffloadedFile,
+    SessionMessage,
+    SummaryVersion,
+    Turn,
+)
+from contextlab.sessions.services.inputs import SessionUnavailable
+from contextlab.sessions.services.live_state import live_state_of, session_announce
+
+log = logging.getLogger(__name__)
+
+
+def load_manager(session: AgentSession) -> ContextManager:
+    """The session's engine, transactional: its archive writes are journaled until
+    ``persist_step``'s transaction commits, so archive lines of a turn whose state never
+    reached the database (the process died in between) are cut back here, on load.
+
+    Load it only while holding the session's row lock (``locked_session``): unlocked, the
+    turn "never saved" could be another process's turn that is still running.
+    """
+    profile = session.profile.to_engine()
+    if not session.engine_state:
+        return ContextManager(profile, session.workspace, system_prompt=session.system_prompt, transactional=True)
+    manager = ContextManager.from_state(profile, session.workspace, session.engine_state, transactional=True)
+    if manager.recovered_files:
+        log.warning("session %s: cut %s back to before turn %s, whose state was never saved (the process "
+                    "died before its commit)", session.pk, ", ".join(manager.recovered_files), manager.turn + 1)
+    return manager
+
+
+@contextlib.contextmanager
+def locked_session(session: AgentSession) -> Iterator[tuple[AgentSession, ContextManager]]:
+    """The session row, locked until the transaction ends, and its engine."""
+    with transaction.atomic():
+        locked = (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
+                  .get(pk=session.pk))
+        if locked.status == AgentSession.Status.IMPORTING:
+            raise SessionUnavailable("the session is still being imported; try again when it is done",
+                                     field="session")
+        yield locked, load_manager(locked)
+
+
+def fate_sizes(manager: ContextManager) -> dict[str, int]:
+    return {message_id: len(events) for message_id, events in manager.fate.items()}
+
+
+def _apply_fate(row: SessionMessage, events: list[dict[str, Any]], live: Message | None,
+                manager: ContextManager) -> None:
+    row.fate = list(events)
+    for event in events:
+        kind = event.get("event")
+        if kind == "truncated":
+            stage = event.get("stage")
+            row.truncated_stage = stage if isinstance(stage, int) else 2
+            row.truncated_turn = event.get("turn", event.get("before_turn"))
+        elif kind == "compacted":
+            archive = event.get("archive") or {}
+            row.status = SessionMessage.Status.ARCHIVED
+            row.compacted_turn = event.get("turn")
+            row.summary_version = event.get("summary_version")
+            row.archive_file = archive.get("file", "")
+            row.archive_line = archive.get("line")
+    if live is not None:
+        row.status = SessionMessage.Status.LIVE
+        row.current_content = [block_to_dict(b) for b in live.content]
+        row.tokens = manager.exact_counter.count_message(live)
+    elif row.current_content is None:
+        # Ingested and compacted within one persisted step (an import): the
+        # archive holds the original, which is what it last looked like.
+        row.current_content = row.content
+
+
+_MESSAGE_FIELDS = ["fate", "status", "truncated_stage", "truncated_turn", "compacted_turn", "summary_version",
+                   "archive_file", "archive_line", "current_content", "tokens"]
+
+
+def _persist_messages(session: AgentSession, manager: ContextManager, before: Mapping[str, int],
+                      originals: Mapping[str, Message]) -> None:
+    """Write the rows of every message whose fate changed since ``before``.
+
+    Keyed by message id, so persisting the same step twice updates rows instead
+    of adding duplicates.
+    """
+    changed = [mid for mid, events in manager.fate.items() if len(events) != before.get(mid)]
+    if not changed:
+        return
+    live = {m.id: m for m in manager.messages}
+    existing = {row.message_id: row for row in SessionMessage.objects.filter(session=session, message_id__in=changed)}
+    new_rows: list[SessionMessage] = []
+    updated: list[SessionMessage] = []
+    for mid in changed:
+        row = existing.get(mid)
+        if row is None:
+            original = originals.get(mid)
+            if original is None:
+                log.warning("session %s: message %s has no ingested original; not recorded", session.pk, mid)
+                continue
+            session.messages_count += 1
+            row = SessionMessage(session=session, message_id=mid, seq=session.messages_count, role=original.role,
+                                 name=original.name or "", timestamp=original.timestamp,
+                                 content=[block_to_dict(b) for b in original.content], current_content=None)
+            new_rows.append(row)
+        else:
+            updated.append(row)
+        _apply_fate(row, manager.fate[mid], live.get(mid), manager)
+    SessionMessage.objects.bulk_create(new_rows)
+    if updated:
+        SessionMessage.objects.bulk_update(updated, _MESSAGE_FIELDS)
+
+
+def trace_step(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
+    for step in trace.get("steps") or []:
+        if step.get("step") == name:
+            return dict(step)
+    return {}
+
+
+def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
+    trace = result.trace.to_dict()
+    gate = trace_step(trace, "gate").get("numbers") or {}
+    archived = (trace_step(trace, "mark_compressed").get("numbers") or {}).get("archived") or 0
+    budget = trace.get("budget") or {}
+    turn, created = Turn.objects.update_or_create(
+        session=session,
+        number=trace["turn"],
+        defaults={
+            "trigger": trace["trigger"],
+            "outcome": trace["outcome"],
+            "policy": trace["policy"],
+            "trace": trace,
+            "payload": result.openai_messages(),
+            "used_tokens": int(gate.get("used", 0)) + int(gate.get("messages_tokens", 0)),
+            "threshold": int(budget.get("threshold", 0)),
+            "window": int(budget.get("window", 0)),
+            "payload_tokens": int(trace["payload"]["tokens"]["total"]),
+            "compacted_count": int(archived),
+            "duration_ms": float(trace.get("duration_ms") or 0.0),
+            "summary_version": int(trace["payload"].get("summary_version") or 0),
+        },
+    )
+    session.tokens_used = turn.payload_tokens
+    if created:
+        session.compactions_count += int(turn.outcome in COMPACTION_OUTCOMES)
+        session.failures_count += int(turn.outcome in FAILURE_OUTCOMES)
+    return turn
+
+
+def _persist_summaries(session: AgentSession, manager: ContextManager) -> None:
+    known = set(SummaryVersion.objects.filter(session=session).values_list("version", flat=True))
+    SummaryVersion.objects.bulk_create([
+        SummaryVersion(session=session, version=s.version, text=s.text, turn=s.turn, trigger=s.trigger,
+                       compactor=s.compactor, fallback=s.fallback, compacted_ids=s.compacted_ids,
+                       created=parse_datetime(s.created_at.replace("Z", "+00:00")) or timezone.now())
+        for s in manager.summaries if s.version not in known
+    ])
+
+
+def _persist_offloaded(session: AgentSession, manager: ContextManager) -> None:
+    if not manager.ledger:
+        return
+    referenced = manager.referenced_files()
+    existing = {f.path: f for f in OffloadedFile.objects.filter(session=session)}
+    new_rows: list[OffloadedFile] = []
+    updated: list[OffloadedFile] = []
+    for entry in manager.ledger.values():
+        values = {
+            "message_id": entry["message_id"], "tool": entry.get("tool") or "", "stage": int(entry["stage"]),
+            "bytes": int(entry["original_bytes"]), "kept_bytes": int(entry["kept_bytes"]),
+            "sha256": entry["sha256"], "expires_at": parse_datetime(entry["expires_at"]),
+            "referenced": entry["file"] in referenced,
+        }
+        row = existing.get(entry["file"])
+        if row is None:
+            new_rows.append(OffloadedFile(session=session, path=entry["file"], **values))
+        elif any(getattr(row, k) != v for k, v in values.items()):
+            for key, value in values.items():
+                setattr(row, key, value)
+            updated.append(row)
+    OffloadedFile.objects.bulk_create(new_rows)
+    if updated:
+        OffloadedFile.objects.bulk_update(updated, ["message_id", "tool", "stage", "bytes", "kept_bytes",
+                                                    "sha256", "expires_at", "referenced"])
+
+
+def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapping[str, int],
+             originals: Mapping[str, Message] | None = None, result: TurnResult | None = None) -> Turn | None:
+    """Write what one engine step changed: messages, turn, summaries, files, state."""
+    _persist_messages(session, manager, before, originals or {})
+    turn = _persist_turn(session, result) if result is not None else None
+    _persist_summaries(session, manager)
+    _persist_offloaded(session, manager)
+    profile = manager.profile
+    session.engine_state = manager.export_state(history=False)
+    session.summary = manager.summary or ""
+    session.summary_version = manager.summary_version
+    session.turns_count = manager.turn
+    session.live_count = len(manager.messages)
+    session.tokens_threshold = profile.threshold
+    session.tokens_window = profile.max_input_length
+    session.last_activity = timezone.now()
+    session.save()
+    # The archive journal goes only once the database holds the state its lines
+    # belong to; robust, because a journal left behind is harmless (the next load
+    # sees its turn was saved and clears it) and must not turn a commit into an error.
+    transaction.on_commit(manager.commit, robust=True)
+    state = live_state_of(session, manager, turn)
+    transaction.on_commit(lambda: session_announce(session_id=session.pk, state=state))
+    return turn
+
+

@@ -1,0 +1,74 @@
+"""Creating profiles from knob values and resolving a client's reference to one."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+
+from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.profile import Profile
+from contextlab.sessions.models import (
+    LIST_KNOBS,
+    PROFILE_KNOBS,
+    AgentProfile,
+)
+from contextlab.sessions.services.inputs import check_text
+
+log = logging.getLogger(__name__)
+
+
+def profile_default(*, owner: User) -> AgentProfile:
+    profile, _ = AgentProfile.objects.get_or_create(owner=owner, name="default")
+    return profile
+
+
+def profile_create(*, owner: User, name: str, knobs: Mapping[str, Any]) -> AgentProfile:
+    """Create a profile from knob values; errors name the knob (``InvalidProfile``)."""
+    name = check_text(name, "name", max_length=100).strip()
+    if not name:
+        raise InvalidProfile("a profile needs a name", field="name")
+    if not isinstance(knobs, Mapping):
+        raise InvalidProfile("a profile must be an object of settings", field="profile")
+    # The engine checks names, types, bounds and combinations first, so the
+    # error is the engine's sentence naming the knob at fault.
+    engine = Profile.from_dict({**dict(knobs), "name": name})
+    if AgentProfile.objects.filter(owner=owner, name=name).exists():
+        raise InvalidProfile(f"you already have a profile named {name!r}", field="name")
+    values = {k: (list(v) if k in LIST_KNOBS else v) for k, v in engine.to_dict().items() if k in PROFILE_KNOBS}
+    profile = AgentProfile(owner=owner, name=name, **values)
+    try:
+        profile.full_clean()
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise InvalidProfile(" ".join(messages), field=field) from exc
+    profile.save()
+    return profile
+
+
+def profile_resolve(*, owner: User, ref: Any) -> AgentProfile:
+    """A profile of ``owner`` by id, by name, or created from an object of knobs."""
+    if isinstance(ref, dict):
+        knobs = dict(ref)
+        name = knobs.pop("name", None) or f"profile-{uuid.uuid4().hex[:8]}"
+        return profile_create(owner=owner, name=name, knobs=knobs)
+    profiles = AgentProfile.objects.filter(owner=owner)
+    found: AgentProfile | None = None
+    if isinstance(ref, int) and not isinstance(ref, bool):
+        found = profiles.filter(pk=ref).first()
+    elif isinstance(ref, str):
+        found = profiles.filter(name=ref).first()
+        if found is None and ref.isdigit():
+            found = profiles.filter(pk=int(ref)).first()
+    else:
+        raise InvalidProfile("profile must be a profile id, a profile name or an object of settings",
+                             field="profile")
+    if found is None:
+        raise InvalidProfile(f"you have no profile {ref!r}", field="profile")
+    return found
+
+
