@@ -69,6 +69,18 @@ def without_usage(event: Event, chunk: dict[str, Any]) -> Event:
     return Event(lines=[b"data: " + data], data=data)
 
 
+def error_event(message: str, *, code: str) -> Event:
+    """An event in the shape OpenAI streams an error in mid-stream (``data: {"error": {...}}``).
+
+    The official SDKs (Python and JavaScript) raise an ``APIError`` when a data
+    event carries ``error``, so a stream that breaks reaches the caller as an
+    exception, never as a reply that just stops.
+    """
+    data = json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}},
+                      ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return Event(lines=[b"data: " + data], data=data)
+
+
 @dataclass
 class _Call:
     id: str = ""

@@ -172,13 +172,18 @@ def _relay(answer: httpx2.Response, exchange: Exchange, start: float) -> Iterato
         error = "the client went away before the stream ended"
         raise
     except httpx2.HTTPError as exc:
-        # Too late for a status code: the client sees the stream stop.
         error = f"the upstream stream broke off: {type(exc).__name__}: {exc}"
     finally:
         answer.close()
         if not recorded:
             # Some providers end without [DONE]; a finished reply still counts.
             _record_stream(exchange, builder, start, error, keep_reply=not error)
+    if not recorded and (error or not builder.complete):
+        # Too late for a status code, and a stream that simply stops reads as a
+        # finished (if short) reply: end it with an error event the SDKs raise
+        # on, so the caller's own retry logic runs.
+        yield sse.error_event(error or "the upstream stream ended before the reply was complete",
+                              code="upstream_stream_broken").encode()
 
 
 def _record_stream(exchange: Exchange, builder: sse.ReplyBuilder, start: float, error: str, *,

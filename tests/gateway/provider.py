@@ -41,6 +41,8 @@ class Answer:
     # Seconds to wait before answering at all, and before each streamed event after the first.
     delay: float = 0.0
     chunk_delay: float = 0.0
+    # Streamed: drop the connection after this many events, mid-body (a provider that crashes).
+    break_after: int | None = None
 
 
 @dataclass
@@ -202,6 +204,10 @@ class Provider:
                 include_usage = isinstance(options, dict) and options.get("include_usage") is True
                 for index, chunk in enumerate(stream_chunks(step, number, include_usage=include_usage)):
                     if index and step.chunk_delay and provider._stopping.wait(step.chunk_delay):
+                        return
+                    if step.break_after is not None and index == step.break_after:
+                        # No terminating chunk: the client's read of the body fails.
+                        self.close_connection = True
                         return
                     data = b"data: " + (chunk if isinstance(chunk, bytes) else json.dumps(chunk).encode()) + b"\n\n"
                     self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

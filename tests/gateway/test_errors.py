@@ -135,11 +135,28 @@ def test_it_ends_a_stream_the_provider_abandons_and_records_why(openai_client, p
     upstream.timeout = 1.0
     upstream.save()
     provider.responder = lambda body: Answer("a long answer that stalls", chunk_delay=3.0)
-    chunks = list(openai_client.chat.completions.create(model="gpt-4o", messages=[ASK], stream=True))
+    chunks = []
+    with pytest.raises(openai.APIError) as caught:
+        for chunk in openai_client.chat.completions.create(model="gpt-4o", messages=[ASK], stream=True):
+            chunks.append(chunk)
     assert len(chunks) == 1  # the first event came, then the provider went quiet
+    assert caught.value.body["code"] == "upstream_stream_broken" and "broke off" in caught.value.message
     exchange = GatewayExchange.objects.get()
     assert exchange.error_stage == "upstream" and "broke off" in exchange.error
     # The half reply is not recorded: the client never received it whole.
+    assert list(AgentSession.objects.get().messages.values_list("role", flat=True)) == ["user"]
+
+
+def test_a_stream_the_provider_drops_midway_raises_in_the_openai_client(openai_client, provider):
+    provider.responder = lambda body: Answer("an answer cut in the middle of the body", break_after=3)
+    received = []
+    with pytest.raises(openai.APIError) as caught:
+        for chunk in openai_client.chat.completions.create(model="gpt-4o", messages=[ASK], stream=True):
+            received.append(chunk.choices[0].delta.content or "")
+    # What came before the break was passed on; the break itself is an exception, not an end.
+    assert len(received) == 3 and caught.value.body["code"] == "upstream_stream_broken"
+    exchange = GatewayExchange.objects.get()
+    assert exchange.error_stage == "upstream" and "broke off" in exchange.error
     assert list(AgentSession.objects.get().messages.values_list("role", flat=True)) == ["user"]
 
 
