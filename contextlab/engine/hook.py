@@ -959,6 +959,10 @@ class ContextManager:
         return self.offload.cleanup_expired(retention_days=self.profile.retention_days,
                                             referenced=self.referenced_files(), now=now)
 
+    def call_names(self) -> dict[str, str]:
+        """Tool name by call id, for every call seen so far (converters pair later results with them)."""
+        return {call_id: call.name for call_id, call in self._calls.items()}
+
     def pending_tool_calls(self) -> list[str]:
         return sorted(self._pending_calls)
 

@@ -3,14 +3,21 @@
 A call has two database steps around the provider call, and the provider call
 itself holds no transaction and no lock:
 
-1. ``exchange_prepare``: find (or start) the session the client's history
-   belongs to, ingest only the messages it has not seen, run the hook, and
-   build the upstream request from the engine's payload. Any failure here
-   leaves the request as the client sent it (``managed=False``) and is written
-   down; the agent never notices.
-2. ``exchange_record``: append the provider's reply to the session (so the
-   next call's tool results pair with its tool calls), store the provider's
-   usage beside our count of the turn, and write the ``GatewayExchange`` row.
+1. ``exchange_prepare``: find the session the client's history belongs to (or
+   a new one, not saved yet), and run the hook on the messages it has not
+   seen, under the session's lock, **without writing**: the upstream request
+   is built from the engine's payload. Any failure here leaves the request as
+   the client sent it (``managed=False``) and is written down; the agent never
+   notices.
+2. ``exchange_record``: only once the provider answered, write the turn, the
+   new messages and the provider's reply (so the next call's tool results
+   pair with its tool calls), store the provider's usage beside our count of
+   the turn, and write the ``GatewayExchange`` row. A call the provider
+   refused (429, 5xx), that timed out or broke off leaves the session as it
+   was, so a client's retries add nothing but their own exchange rows.
+
+The one exception is a hook that compacted: its summary is written at once
+(see ``sessions.session_advance_pending``).
 """
 
 from __future__ import annotations
@@ -159,6 +166,13 @@ class Exchange:
     prepare_ms: float = 0.0
     model: str = ""
     notes: list[str] = field(default_factory=list)
+    # What ``exchange_record`` writes once the provider answered.
+    pending: sessions.PendingTurn | None = None
+    key: str = ""
+    kind: str = ""
+    forked_from: AgentSession | None = None
+    digests: list[str] = field(default_factory=list)
+    rest: list[Any] = field(default_factory=list)
 
     @property
     def strips_usage(self) -> bool:
@@ -192,17 +206,23 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
         digests = [history.digest(m) for m in rest]
         system = history.system_prompt(system_messages)
         key, kind = _key(profile, provider, session_header, system, rest)
+        exchange.key, exchange.kind, exchange.digests, exchange.rest = key, kind, digests, rest
         with transaction.atomic():
-            gateway, exchange.identity = _find_or_start(owner, profile, key, kind, session_header, digests,
-                                                        system, rest)
-            exchange.session = gateway.session
+            gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
+                                                                     digests)
+            session = gateway.session if gateway is not None else sessions.session_new(
+                owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
+            exchange.session = session
             stage = "hook"
-            exchange.matched = len(gateway.history)
+            exchange.matched = len(gateway.history) if gateway is not None else 0
             new = rest[exchange.matched:]
-            payload, trace = sessions.session_advance(session=gateway.session, messages=new, system_prompt=system)
-            gateway.history = [*gateway.history, *digests[exchange.matched:]]
-            gateway.updated = now()
-            gateway.save(update_fields=["history", "updated"])
+            pending = sessions.session_advance_pending(session=session, messages=new, system_prompt=system)
+            exchange.pending = pending
+            if pending.committed:
+                # The hook compacted and its turn is written now: the ingested
+                # history goes with it, in the same transaction.
+                _history_save(exchange, gateway, digests)
+        payload, trace = pending.payload, pending.trace
         exchange.new = len(new)
         exchange.turn = int(trace["turn"])
         # The client's own system messages go upstream verbatim (role
@@ -225,11 +245,8 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
         exchange.error_stage = stage
         exchange.error = _describe(exc)
         exchange.body = _unmanaged(provider, body)
-        if stage == "identity" or exchange.identity in ("new", "forked"):
-            # The transaction took a session started for this call with it.
-            if exchange.session is not None:
-                shutil.rmtree(exchange.session.workspace, ignore_errors=True)
-            exchange.session = None
+        exchange.pending = None
+        _forget_unsaved(exchange)
     exchange.prepare_ms = (time.perf_counter() - start) * 1000
     return exchange
 
@@ -278,9 +295,10 @@ def _title(kind: str, key: str, rest: list[Any]) -> str:
     return f"gateway · {text}" if text else "gateway session"
 
 
-def _find_or_start(owner: User, profile: AgentProfile, key: str, kind: str, session_header: str,
-                   digests: list[str], system: str, rest: list[Any]) -> tuple[GatewaySession, str]:
-    """The session whose ingested history the request continues (locked), or a new one.
+def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_header: str,
+          digests: list[str]) -> tuple[GatewaySession | None, str, AgentSession | None]:
+    """The session whose ingested history the request continues (its gateway row locked), or None
+    for a new one; how it was found; and, for a new one, the session it forks from.
 
     Among the sessions under the key, the one with the longest history that the
     request starts with wins; when none fits (the client rewound, edited, or
@@ -309,13 +327,30 @@ def _find_or_start(owner: User, profile: AgentProfile, key: str, kind: str, sess
                   .defer("session__engine_state").get(pk=best.pk))
         # Another call may have moved the session on while this one looked.
         if history.continues(locked.history, digests):
-            return locked, "continued"
-    session = sessions.session_create(owner=owner, system_prompt=system, profile=profile,
-                                      title=_title(kind, key, rest))
-    gateway = GatewaySession.objects.create(
-        session=session, owner=owner, key=key, kind=kind,
-        forked_from=candidates[0].session if candidates else None)
-    return gateway, ("forked" if candidates else "new")
+            return locked, "continued", None
+    if candidates:
+        return None, "forked", candidates[0].session
+    return None, "new", None
+
+
+def _history_save(exchange: Exchange, gateway: GatewaySession | None, digests: list[str]) -> None:
+    """Store the ingested history of the exchange's session (its gateway row, created for a new session)."""
+    assert exchange.session is not None
+    if gateway is None:
+        GatewaySession.objects.create(session=exchange.session, owner=exchange.owner, key=exchange.key,
+                                      kind=exchange.kind, forked_from=exchange.forked_from, history=digests)
+        return
+    gateway.history = digests
+    gateway.updated = now()
+    gateway.save(update_fields=["history", "updated"])
+
+
+def _forget_unsaved(exchange: Exchange) -> None:
+    """A session started for this call that was never saved: its files go, the exchange names no session."""
+    if exchange.session is not None and exchange.session._state.adding:
+        shutil.rmtree(exchange.session.workspace, ignore_errors=True)
+        exchange.session = None
+        exchange.turn = None
 
 
 def exchange_record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any] | None = None,
@@ -329,30 +364,57 @@ def exchange_record(exchange: Exchange, *, status_code: int | None, reply: dict[
     if error:
         exchange.error_stage = exchange.error_stage or "upstream"
         exchange.error = f"{exchange.error}; {error}" if exchange.error else error
+    answered = status_code == 200 and not error
     try:
         with transaction.atomic():
-            if exchange.managed and exchange.session is not None:
-                if reply is not None:
-                    # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
-                    gateway = GatewaySession.objects.select_for_update().get(pk=exchange.session.pk)
-                    sessions.messages_append_openai(session=exchange.session,
-                                                    messages=[history.reply_message(reply)])
-                    gateway.history = [*gateway.history, history.digest(reply)]
-                    gateway.updated = now()
-                    gateway.save(update_fields=["history", "updated"])
+            if exchange.managed and exchange.pending is not None and answered:
+                _commit(exchange, reply)
                 if isinstance(usage, dict) and usage and exchange.turn is not None:
                     _usage_report(exchange, usage)
+            else:
+                # Nothing the call brought joins the session: a retry starts from the same state.
+                _forget_unsaved(exchange)
             return _write_row(exchange, status_code=status_code, usage=usage, upstream_ms=upstream_ms)
     except Exception as exc:
         log.exception("gateway: could not record the exchange of session %s",
                       exchange.session.pk if exchange.session else "-")
         exchange.error_stage = "record"
         exchange.error = f"{exchange.error}; {_describe(exc)}" if exchange.error else _describe(exc)
+        _forget_unsaved(exchange)
         try:
             return _write_row(exchange, status_code=status_code, usage=usage, upstream_ms=upstream_ms)
         except Exception:
             log.exception("gateway: could not record the failure either")
             return None
+
+
+def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
+    """Write the answered call: the pending turn, the client's new messages and the provider's reply."""
+    pending = exchange.pending
+    assert pending is not None and exchange.session is not None
+    replies = [history.reply_message(reply)] if reply is not None else []
+    reply_digests = [history.digest(reply)] if reply is not None else []
+    if pending.committed or exchange.session._state.adding:
+        gateway = None if exchange.session._state.adding else (
+            GatewaySession.objects.select_for_update().get(pk=exchange.session.pk))
+        sessions.pending_turn_commit(pending=pending, reply=replies)
+        _history_save(exchange, gateway, [*exchange.digests, *reply_digests])
+        return
+    # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
+    gateway = GatewaySession.objects.select_for_update().get(pk=exchange.session.pk)
+    if not history.continues(gateway.history, exchange.digests):
+        # Another call of a diverging history got in while this one waited: its
+        # turn stands, and this answer cannot join it.
+        exchange.notes.append("the session moved to another history while the provider answered; "
+                              "this call was not recorded in it")
+        return
+    if len(gateway.history) != exchange.matched:
+        # Another call of the same conversation wrote meanwhile: ingest what it did not.
+        pending.messages = exchange.rest[len(gateway.history):]
+    if not sessions.pending_turn_commit(pending=pending, reply=replies):
+        exchange.notes.append("the session moved while the provider answered; the turn was run again")
+        exchange.turn = int(AgentSession.objects.values_list("turns_count", flat=True).get(pk=exchange.session.pk))
+    _history_save(exchange, gateway, [*exchange.digests, *reply_digests])
 
 
 def _usage_report(exchange: Exchange, usage: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from openai import OpenAI
 
 from contextlab.gateway.models import GatewayExchange
 from contextlab.sessions.models import AgentSession
-from tests.gateway.provider import Answer, Error
+from tests.gateway.provider import Answer, Error, scripted
 
 SYSTEM = {"role": "system", "content": "You are a build agent."}
 ASK = {"role": "user", "content": "Build it."}
@@ -50,9 +50,43 @@ def test_it_passes_upstream_errors_through_unchanged(gateway_url, alice_token, u
     assert response.headers["retry-after"] == "7" and response.headers["x-request-id"] == "req-err"
     exchange = GatewayExchange.objects.get()
     assert (exchange.status_code, exchange.managed, exchange.error) == (status, True, "")
-    # Nothing was answered, so nothing joins the session; the turn has no usage.
+    # Nothing was answered, so nothing joins a session: not even the new one this call would have started.
+    assert exchange.session is None and exchange.turn_number is None
+    assert not AgentSession.objects.exists()
+
+
+def test_sdk_retries_of_a_refused_call_add_one_turn_once_the_provider_answers(openai_client, provider):
+    first = openai_client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ASK])
     session = AgentSession.objects.get()
-    assert list(session.messages.values_list("role", flat=True)) == ["user"]
+    follow_up = [SYSTEM, ASK, {"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "Now run the tests."}]
+    refusal = Error(429, PROVIDER_ERROR, {"Content-Type": "application/json", "retry-after": "0"})
+    provider.responder = scripted(refusal, refusal, Answer("Tests pass."))
+    reply = openai_client.with_options(max_retries=2).chat.completions.create(model="gpt-4o", messages=follow_up)
+    assert reply.choices[0].message.content == "Tests pass."
+    # The SDK sent the call three times; the session took it once.
+    assert len(provider.chat_requests) == 4
+    assert [e.status_code for e in GatewayExchange.objects.order_by("pk")] == [200, 429, 429, 200]
+    session.refresh_from_db()
+    assert session.turns_count == 2
+    assert list(session.messages.order_by("seq").values_list("role", flat=True)) == [
+        "user", "assistant", "user", "assistant"]
+    # Each attempt went upstream with the same managed payload.
+    assert provider.chat_requests[1].body["messages"] == provider.chat_requests[3].body["messages"]
+
+
+def test_a_refused_call_leaves_a_running_session_as_it_was(openai_client, provider):
+    openai_client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ASK])
+    session = AgentSession.objects.get()
+    before = (session.turns_count, session.messages_count, session.engine_state)
+    provider.responder = lambda body: Error(503, PROVIDER_ERROR)
+    with pytest.raises(openai.InternalServerError):
+        openai_client.with_options(max_retries=0).chat.completions.create(
+            model="gpt-4o", messages=[SYSTEM, ASK, {"role": "assistant", "content": "ok"},
+                                      {"role": "user", "content": "And deploy."}])
+    session.refresh_from_db()
+    assert (session.turns_count, session.messages_count, session.engine_state) == before
+    assert GatewayExchange.objects.order_by("pk").last().session_id == session.pk
 
 
 def test_the_openai_client_sees_the_providers_error(openai_client, provider):
@@ -86,7 +120,7 @@ def test_it_forwards_unmanaged_when_the_engine_breaks(openai_client, provider, s
     assert openai_client.chat.completions.create(model="gpt-4o", messages=messages).choices[0].message.content == "ok"
     assert provider.chat_requests[-1].body["messages"] == messages
     exchange = GatewayExchange.objects.get()
-    assert not exchange.managed and exchange.error_stage == "identity"
+    assert not exchange.managed and exchange.error_stage == "hook" and exchange.session is None
     assert "NotADirectoryError" in exchange.error or "FileExistsError" in exchange.error
 
 
@@ -143,8 +177,8 @@ def test_it_ends_a_stream_the_provider_abandons_and_records_why(openai_client, p
     assert caught.value.body["code"] == "upstream_stream_broken" and "broke off" in caught.value.message
     exchange = GatewayExchange.objects.get()
     assert exchange.error_stage == "upstream" and "broke off" in exchange.error
-    # The half reply is not recorded: the client never received it whole.
-    assert list(AgentSession.objects.get().messages.values_list("role", flat=True)) == ["user"]
+    # Neither the half reply nor the question joins: the client saw an error and may ask again.
+    assert not AgentSession.objects.exists()
 
 
 def test_a_stream_the_provider_drops_midway_raises_in_the_openai_client(openai_client, provider):
@@ -157,7 +191,7 @@ def test_a_stream_the_provider_drops_midway_raises_in_the_openai_client(openai_c
     assert len(received) == 3 and caught.value.body["code"] == "upstream_stream_broken"
     exchange = GatewayExchange.objects.get()
     assert exchange.error_stage == "upstream" and "broke off" in exchange.error
-    assert list(AgentSession.objects.get().messages.values_list("role", flat=True)) == ["user"]
+    assert not AgentSession.objects.exists()
 
 
 def test_it_says_clearly_when_the_profile_has_no_provider(openai_client, upstream):

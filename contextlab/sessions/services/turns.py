@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -12,7 +14,7 @@ from django.db import transaction
 
 from contextlab.engine.convert import from_openai
 from contextlab.engine.errors import MalformedInput
-from contextlab.engine.hook import ContextManager
+from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message
 from contextlab.sessions.models import (
     AgentProfile,
@@ -27,7 +29,7 @@ from contextlab.sessions.services.inputs import (
     check_text,
     convert_messages,
 )
-from contextlab.sessions.services.persistence import fate_sizes, locked_session, persist_step
+from contextlab.sessions.services.persistence import fate_sizes, load_manager, locked_session, persist_step
 from contextlab.sessions.services.profiles import profile_default
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,133 @@ def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
         turn = persist_step(locked, manager, before=before, originals={m.id: m for m in parsed}, result=result)
     assert turn is not None
     return turn.payload, turn.trace
+
+
+@dataclass
+class PendingTurn:
+    """A turn the hook computed under the session's lock but did not write yet.
+
+    The gateway sends its payload upstream first and writes it (with the
+    provider's reply) only once the provider answered, so a call that fails
+    upstream, and each retry of it, leaves the session as it was.
+    """
+
+    session: AgentSession
+    manager: ContextManager
+    result: TurnResult
+    messages: list[dict[str, Any]]
+    system_prompt: str | None
+    before: dict[str, int] = field(default_factory=dict)
+    originals: dict[str, Message] = field(default_factory=dict)
+    # The session as the hook found it; a commit checks nobody wrote it since.
+    version: tuple[Any, ...] = ()
+    # Written at once: the hook compacted, and the archive lines it wrote
+    # belong to a state that must be saved now (see ``session_advance_pending``).
+    committed: bool = False
+
+    @property
+    def payload(self) -> list[dict[str, Any]]:
+        return self.result.openai_messages()
+
+    @property
+    def trace(self) -> dict[str, Any]:
+        return self.result.trace.to_dict()
+
+
+def _version(session: AgentSession) -> tuple[Any, ...]:
+    return (session.turns_count, session.messages_count, session.last_activity)
+
+
+def session_new(*, owner: User, system_prompt: str, profile: AgentProfile, title: str = "") -> AgentSession:
+    """A session not saved yet: ``session_advance_pending`` runs its first turn, a commit saves it."""
+    system_prompt = check_text(system_prompt, "system_prompt")
+    title = check_text(title, "title", max_length=MAX_TITLE_LENGTH)
+    engine_profile = profile.to_engine()
+    return AgentSession(owner=owner, profile=profile, title=title, system_prompt=system_prompt,
+                        tokens_threshold=engine_profile.threshold, tokens_window=engine_profile.max_input_length)
+
+
+def session_advance_pending(*, session: AgentSession, messages: list[dict[str, Any]],
+                            system_prompt: str | None = None) -> PendingTurn:
+    """``session_advance`` without the write: the payload now, the turn once ``pending_turn_commit`` runs.
+
+    ``session`` may be new (``session_new``). Call it inside the caller's
+    transaction. Nothing is written, with one exception: a hook that compacted
+    has already written the summary's archive lines, and a later load would cut
+    them back as a turn that never saved, so that turn is written at once
+    (``committed``).
+    """
+    if messages:
+        check_raw_messages(messages)
+    if system_prompt is not None:
+        system_prompt = check_text(system_prompt, "system_prompt")
+    new = session._state.adding
+    with contextlib.ExitStack() as stack:
+        if new:
+            locked = session
+            manager = ContextManager(session.profile.to_engine(), session.workspace,
+                                     system_prompt=session.system_prompt, transactional=True)
+        else:
+            locked, manager = stack.enter_context(locked_session(session))
+        version = () if new else _version(locked)
+        if system_prompt is not None and system_prompt != manager.system_prompt:
+            manager.system_prompt = system_prompt
+            locked.system_prompt = system_prompt
+        before = fate_sizes(manager)
+        parsed: list[Message] = []
+        if messages:
+            parsed = from_openai(messages, known_calls=manager.call_names())
+            check_message_ids(parsed)
+            manager.append(parsed)
+        result = manager.prepare()
+        pending = PendingTurn(session=locked, manager=manager, result=result, messages=messages,
+                              system_prompt=system_prompt, before=before, originals={m.id: m for m in parsed},
+                              version=version)
+        if manager.archive.journal_path.exists():
+            if new:
+                locked.save()
+            persist_step(locked, manager, before=before, originals=pending.originals, result=result)
+            pending.committed = True
+    return pending
+
+
+def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) -> bool:
+    """Write a pending turn and the provider's reply (OpenAI messages, possibly none) in the caller's transaction.
+
+    Returns False when the session moved since the turn was computed (another
+    writer got in between): then the turn is run again on the newer state, so
+    nothing is lost or written twice, and the recorded payload is the new run's.
+    """
+    session = pending.session
+    if pending.committed:
+        if reply:
+            messages_append_openai(session=session, messages=reply)
+        return True
+    if session._state.adding:
+        session.save()
+        locked, manager, same = session, pending.manager, True
+    else:
+        locked = (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
+                  .get(pk=session.pk))
+        same = _version(locked) == pending.version
+        manager = pending.manager if same else load_manager(locked)
+    if not same:
+        log.info("session %s moved while its turn waited for the provider; running the turn again", session.pk)
+        session_advance(session=locked, messages=pending.messages, system_prompt=pending.system_prompt)
+        if reply:
+            messages_append_openai(session=locked, messages=reply)
+        return False
+    if pending.system_prompt is not None:
+        locked.system_prompt = manager.system_prompt
+    persist_step(locked, manager, before=pending.before, originals=pending.originals, result=pending.result)
+    if reply:
+        check_raw_messages(reply)
+        parsed = from_openai(reply, known_calls=manager.call_names())
+        check_message_ids(parsed)
+        before = fate_sizes(manager)
+        manager.append(parsed)
+        persist_step(locked, manager, before=before, originals={m.id: m for m in parsed})
+    return True
 
 
 def usage_report(*, session: AgentSession, turn_number: int, usage: Any) -> Turn:
