@@ -21,10 +21,28 @@ from contextlab.engine.eviction import (
     plan_eviction,
 )
 from contextlab.engine.messages import Message
+from contextlab.engine.policy import Policy
+from contextlab.engine.policy_contextlab import contextlab_turn, preview_split
+from contextlab.engine.split import SplitPreview
 from contextlab.engine.trace import TurnTrace
 
 if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
+
+
+class EvictionPolicy(Policy):
+    """Automatic turns evict scored units; ``/compact`` summarises like the contextlab policy."""
+
+    name = "eviction"
+
+    def turn(self, manager: ContextManager, trace: TurnTrace) -> None:
+        eviction_turn(manager, trace)
+
+    def manual(self, manager: ContextManager, trace: TurnTrace, instruction: str | None) -> None:
+        contextlab_turn(manager, trace, manual=True, instruction=instruction)
+
+    def preview(self, manager: ContextManager) -> SplitPreview:
+        return preview_split(manager)
 
 
 def eviction_turn(manager: ContextManager, trace: TurnTrace) -> None:
