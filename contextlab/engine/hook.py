@@ -44,7 +44,7 @@ from contextlab.engine.messages import (
 from contextlab.engine.policy import Policy, build_policy
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
 from contextlab.engine.split import SplitPreview
-from contextlab.engine.tokens import CopawEstimator, TiktokenCounter, TokenCounter
+from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, CopawEstimator, TiktokenCounter, TokenCounter
 from contextlab.engine.tool_results import (
     block_text,
     check_utf8,
@@ -94,6 +94,45 @@ class TurnResult:
         from contextlab.engine.convert.openai import to_openai
 
         return to_openai(self.payload)
+
+
+def shorten_arguments(value: Any, *, limit: int, file: str) -> Any:
+    """Arguments with every long string value cut so the whole is about ``limit`` bytes."""
+    strings: list[int] = []
+
+    def sizes(item: Any) -> None:
+        if isinstance(item, str):
+            strings.append(len(item.encode("utf-8")))
+        elif isinstance(item, dict):
+            for sub in item.values():
+                sizes(sub)
+        elif isinstance(item, list):
+            for sub in item:
+                sizes(sub)
+
+    sizes(value)
+    long_count = sum(1 for size in strings if size > 200) or 1
+    per_value = max(120, limit // long_count)
+
+    def cut(item: Any) -> Any:
+        if isinstance(item, str):
+            data = item.encode("utf-8")
+            if len(data) <= per_value + 80:
+                return item
+            head = data[:per_value].decode("utf-8", "ignore")
+            return f"{head}… [{len(data) - len(head.encode('utf-8')):,} more bytes; the full arguments are in {file}]"
+        if isinstance(item, dict):
+            return {key: cut(sub) for key, sub in item.items()}
+        if isinstance(item, list):
+            return [cut(sub) for sub in item]
+        return item
+
+    shortened = cut(value)
+    if len(json.dumps(shortened, ensure_ascii=False).encode("utf-8")) > 2 * limit + 200:
+        # Many short values: keep a preview of the JSON, the rest is in the file.
+        text = json.dumps(value, ensure_ascii=False)
+        return {"arguments_preview": text[:limit], "full_arguments_file": file}
+    return shortened if isinstance(shortened, dict) else {"arguments": shortened}
 
 
 class ContextManager:
@@ -590,12 +629,46 @@ class ContextManager:
                                            encoding="utf-8")
         return name
 
+    def payload_exact_tokens(self) -> int:
+        """What the payload of this turn costs, exactly as ``_finish`` reports it."""
+        summary_msg = self.summary_message()
+        return (self._text_message_tokens(self.exact_counter, "system", self.system_prompt)
+                + (self.exact_counter.count_message(summary_msg) if summary_msg else 0)
+                + self._live_exact + REPLY_PRIMING_TOKENS)
+
+    def cut_arguments(self, msg: Message, b_index: int, block: ToolUseBlock,
+                      limit: int) -> tuple[ToolUseBlock, dict[str, Any] | None]:
+        """Shorten the arguments of a call already made to about ``limit`` bytes.
+
+        The original arguments (and their raw JSON) go to ``tool_result/`` first;
+        every string value that is cut ends with a notice naming that file.
+        """
+        raw = block.raw_input if block.raw_input is not None else json.dumps(block.input, ensure_ascii=False)
+        size = len(raw.encode("utf-8"))
+        if size <= limit + TRUNCATION_SLACK_BYTES or (msg.metadata.get("offload_args") or {}).get(str(b_index)):
+            return block, None
+        saved = self.offload.save(json.dumps({"input": block.input, "raw_input": block.raw_input},
+                                             ensure_ascii=False), name=uuid.uuid4().hex)
+        shortened = shorten_arguments(block.input, limit=limit, file=saved.relative)
+        new_block = ToolUseBlock(id=block.id, name=block.name, input=shortened)
+        kept = len(json.dumps(shortened, ensure_ascii=False).encode("utf-8"))
+        entry = {"file": saved.relative, "sha256": saved.sha256, "original_bytes": size, "kept_bytes": kept,
+                 "at_turn": self.turn}
+        return new_block, entry
+
     def original(self, msg: Message) -> Message:
-        """The message as it was ingested: offloaded tool output read back in full."""
+        """The message as it was ingested: offloaded tool output and arguments read back in full."""
         offload = msg.metadata.get("offload")
-        if not offload:
+        offload_args = msg.metadata.get("offload_args")
+        if not offload and not offload_args:
             return msg
         blocks = list(msg.content)
+        for b_index, entry in (offload_args or {}).items():
+            use = blocks[int(b_index)]
+            if isinstance(use, ToolUseBlock):
+                stored = json.loads(self.offload.read(entry["file"]))
+                blocks[int(b_index)] = ToolUseBlock(use.id, use.name, stored["input"], stored["raw_input"])
+        offload = offload or {}
         for b_index, entry in offload.items():
             block = blocks[int(b_index)]
             if isinstance(block, ToolResultBlock):
@@ -605,8 +678,8 @@ class ContextManager:
                     media = [p for p in block.output if isinstance(p, MediaBlock)]
                     output = rebuild_parts(full, entry.get("layout"), media)
                 blocks[int(b_index)] = ToolResultBlock(block.id, block.name, output, block.is_error)
-        meta = {k: v for k, v in msg.metadata.items() if k != "offload"}
-        meta["offloaded_files"] = [e["file"] for e in offload.values()]
+        meta = {k: v for k, v in msg.metadata.items() if k not in ("offload", "offload_args")}
+        meta["offloaded_files"] = [e["file"] for e in [*offload.values(), *(offload_args or {}).values()]]
         return Message(role=msg.role, content=tuple(blocks), id=msg.id, name=msg.name,
                        timestamp=msg.timestamp, metadata=meta)
 
@@ -687,7 +760,7 @@ class ContextManager:
             summary_tokens = self.exact_counter.count_message(summary_msg) if summary_msg else 0
             tool_tokens = self._exact_tool_tokens()
             message_tokens = self._live_exact - tool_tokens
-            total = system_tokens + summary_tokens + self._live_exact + 3
+            total = system_tokens + summary_tokens + self._live_exact + REPLY_PRIMING_TOKENS
             pinned = [mid for mid in self.pinned_ids if self.fate[mid][-1]["event"] != "compacted"]
             rec.numbers = {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
                            "tool_results": tool_tokens, "total": total, "window": self.profile.max_input_length,
@@ -729,8 +802,9 @@ class ContextManager:
     def referenced_files(self) -> set[str]:
         refs: set[str] = set()
         for msg in self.messages:
-            for entry in (msg.metadata.get("offload") or {}).values():
-                refs.add(entry["file"])
+            for key in ("offload", "offload_args"):
+                for entry in (msg.metadata.get(key) or {}).values():
+                    refs.add(entry["file"])
         return refs
 
     def cleanup_offloaded(self, now: dt.datetime | None = None) -> list[str]:

@@ -16,12 +16,13 @@ from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
 from contextlab.engine.copaw_shape import local_date
 from contextlab.engine.errors import CompactorFailed
 from contextlab.engine.flaw_notes import note_estimator_flaws, note_split_flaws, note_truncation_flaws
-from contextlab.engine.messages import Message, ToolResultBlock
+from contextlab.engine.messages import Message
 from contextlab.engine.policy import Policy
 from contextlab.engine.prompts import resolve_language
 from contextlab.engine.split import SplitPlan, SplitPreview, newest_user_index, plan_split
-from contextlab.engine.trace import TurnTrace, flaw
+from contextlab.engine.trace import StepRecord, TurnTrace, flaw
 from contextlab.engine.validity import check_summary
+from contextlab.engine.window_fit import fit_window, shrink_messages
 
 if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
@@ -66,21 +67,32 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
     with trace.step("tool_result_compaction", manager.observer) as rec:
         manager.stage_two(rec)
         note_truncation_flaws(manager, trace, rec)
+    # When the gate leaves less than the reserve, keep only what still fits
+    # under the threshold (never a negative budget).
+    reserve = min(p.reserve, max(left, 0)) if gate.status == "warning" else p.reserve
     with trace.step("context_check", manager.observer) as rec:
         total = manager.live_tokens
         rec.numbers = {"total": total, "threshold_left": left, "reserve": p.reserve,
                        "estimate_total": manager.live_estimate_tokens, "exact_total": manager.live_exact_tokens}
         note_estimator_flaws(manager, trace, left)
         plan: SplitPlan | None = None
+        deferred = False
         if not manual and total < left:
             rec.outcome = f"{total:,} < {left:,}: keep everything"
             rec.status = "ok"
         else:
-            tokens = [manager.tokens_of(m) for m in manager.messages]
-            plan = plan_for(manager, tokens, manual=manual, reserve=(
-                # When the gate leaves less than the reserve, keep only what
-                # still fits under the threshold (never a negative budget).
-                min(p.reserve, max(left, 0)) if gate.status == "warning" else p.reserve))
+            plan = plan_for(manager, [manager.tokens_of(m) for m in manager.messages], manual=manual,
+                            reserve=reserve)
+            if not manual and not plan.fits_reserve:
+                # The newest turn, which compaction cannot remove, is what is
+                # large: shrink its tool output (stage 2) before compacting.
+                shrunk = shrink_kept_part(manager, trace, plan, reserve)
+                if shrunk:
+                    rec.details["kept_part_shrunk"] = shrunk
+                    rec.reasons.append(f"the kept part was over the {reserve:,}-token reserve: re-cut tool output "
+                                       f"in {len(shrunk)} of its message(s) instead of compacting it")
+                    plan = plan_for(manager, [manager.tokens_of(m) for m in manager.messages], manual=False,
+                                    reserve=reserve)
             rec.status = "fired"
             rec.numbers.update(plan.as_numbers())
             rec.reasons.extend(plan.notes)
@@ -92,10 +104,14 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
                            f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
             if not manual:
                 note_split_flaws(manager, trace, left)
+                deferred = _defer(manager, rec, plan)
+    if deferred:
+        fit_window_step(manager, trace)
+        return
     if plan is None or not plan.compact:
         if plan is not None:
             trace.outcome = "nothing_to_compact"
-        window_guard(manager, trace)
+        fit_window_step(manager, trace)
         return
     to_compact = [manager.messages[i] for i in plan.compact]
     pinned_id = manager.messages[plan.pinned].id if plan.pinned is not None else None
@@ -106,7 +122,7 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
             "failed_summary_drops_messages",
             f"the summary failed; CoPaw would have dropped {len(to_compact)} message(s) and the previous "
             f"summary, we kept both"))
-        window_guard(manager, trace)
+        fit_window_step(manager, trace)
         return
     manager.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
     manager.pinned_ids = [pinned_id] if pinned_id else []
@@ -118,7 +134,51 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
             f"{len(truncated)} archived message(s) hold their full original tool output"))
     if any(local_date(m) != m.timestamp[:10] for m in to_compact):
         trace.flaws_avoided.append(flaw("local_time_dates", "archive files dated in UTC"))
-    window_guard(manager, trace)
+    fit_window_step(manager, trace)
+
+
+def minimum_gain(threshold: int, reserve: int) -> int:
+    """The fewest tokens an automatic compaction must free to be worth its LLM call.
+
+    Half the room between the reserve line and the threshold (at least the
+    reserve): a compaction that frees less would be followed by another one a
+    turn or two later. It does not shrink when a large summary or system
+    prompt leaves little room under the threshold: that is exactly when small
+    compactions would follow each other.
+    """
+    return max(reserve, (threshold - reserve) // 2)
+
+
+def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan) -> bool:
+    """Skip a compaction that would free too little, while the payload still fits the window."""
+    if not plan.compact:
+        return False
+    gain = minimum_gain(manager.profile.threshold, manager.profile.reserve)
+    payload = manager.payload_exact_tokens()
+    if plan.compact_tokens >= gain or payload > manager.profile.max_input_length:
+        return False
+    rec.status = "ok"
+    rec.numbers["minimum_gain"] = gain
+    rec.reasons.append(
+        f"compacting would free only {plan.compact_tokens:,} tokens (less than {gain:,}) and the payload "
+        f"({payload:,} tokens) fits the {manager.profile.max_input_length:,}-token window: compaction deferred")
+    rec.outcome = f"over the threshold, compaction deferred: it would free only {plan.compact_tokens:,} tokens"
+    return True
+
+
+def shrink_kept_part(manager: ContextManager, trace: TurnTrace, plan: SplitPlan, reserve: int) -> list[dict[str, Any]]:
+    """Stage 2 inside the part compaction keeps: older tool groups first, the newest last."""
+    keep = [manager.messages[i] for i in plan.keep]
+    kept_ids = {m.id for m in keep}
+    newest_group_start = plan.cut
+    order = [m.id for i, m in sorted(((i, manager.messages[i]) for i in plan.keep),
+                                     key=lambda pair: (pair[0] >= newest_group_start, -manager.tokens_of(pair[1])))
+             if m.tool_results]
+
+    def fits() -> bool:
+        return sum(manager.tokens_of(m) for m in manager.messages if m.id in kept_ids) <= reserve
+
+    return shrink_messages(manager, trace, order, done=fits, arguments=False, reason="kept part over the reserve")
 
 
 def plan_for(manager: ContextManager, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
@@ -198,45 +258,18 @@ def summarise(
 
 
 
-def window_guard(manager: ContextManager, trace: TurnTrace) -> None:
-    """Last resort: if the payload would still overflow the window, re-cut tool
-    output in the live context (originals stay in their files)."""
-    p = manager.profile
-    needed = manager.payload_tokens()
-    if needed <= p.max_input_length:
+def fit_window_step(manager: ContextManager, trace: TurnTrace) -> None:
+    """Last resort: if the payload would still overflow the window, shrink tool output
+    and arguments in the live context (originals stay in their files)."""
+    changes = fit_window(manager, trace)
+    if not changes:
         return
-    recut: list[str] = []
-    candidates = sorted(
-        ((manager.tokens_of(m), i) for i, m in enumerate(manager.messages) if m.is_tool_result), reverse=True)
-    for _, index in candidates:
-        if needed <= p.max_input_length:
-            break
-        msg = manager.messages[index]
-        blocks = list(msg.content)
-        changed = False
-        for b_index, block in enumerate(blocks):
-            if not isinstance(block, ToolResultBlock):
-                continue
-            call = manager.call_of(block.id)
-            new_block, entry = manager.cut_block(msg, b_index, block, call, p.old_max_bytes, stage=2)
-            if entry is not None:
-                manager.ledger[f"{msg.id}#{b_index}"] = entry
-                blocks[b_index] = new_block
-                changed = True
-        if changed:
-            before = manager.tokens_of(msg)
-            new_msg = msg.replace_content(blocks, offload=manager.offload_meta(msg.id, len(blocks)))
-            manager.replace_message(index, new_msg)
-            needed -= before - manager.tokens_of(new_msg)
-            manager.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": trace.turn,
-                                      "reason": "window guard"})
-            recut.append(msg.id)
-    if recut:
-        step = trace.get("tool_result_compaction")
-        if step is not None:
-            step.details["window_guard"] = recut
-            step.reasons.append(f"re-cut {len(recut)} result(s) in the kept tail so the payload fits the window")
-        trace.flaws_avoided.append(flaw(
-            "newest_user_compacted",
-            "the kept tail was larger than the reserve: CoPaw would have compacted everything, "
-            "the newest request included; we re-cut tool output instead"))
+    step = trace.get("tool_result_compaction")
+    if step is not None:
+        step.details["window_guard"] = [c["message_id"] for c in changes]
+        step.details["window_guard_changes"] = changes
+        step.reasons.append(f"re-cut {len(changes)} message(s) in the kept tail so the payload fits the window")
+    trace.flaws_avoided.append(flaw(
+        "newest_user_compacted",
+        "the kept tail was larger than the reserve: CoPaw would have compacted everything, "
+        "the newest request included; we re-cut tool output instead"))

@@ -34,7 +34,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_it_imports_no_policy_module_from_the_manager_or_the_interface() -> None:
-    for name in ("hook.py", "policy.py", "flaw_notes.py", "copaw_shape.py", "split.py"):
+    for name in ("hook.py", "policy.py", "flaw_notes.py", "copaw_shape.py", "split.py", "window_fit.py"):
         assert not imported_modules(ENGINE / name) & POLICY_MODULES, name
 
 
@@ -80,3 +80,10 @@ def test_it_runs_a_registered_policy_through_the_manager(tmp_path: Path) -> None
     finally:
         unregister_policy("contextlab")
     assert build_policy("contextlab").name == "contextlab" and not isinstance(build_policy("contextlab"), CountingPolicy)
+
+
+@pytest.mark.parametrize("name", ["policy_contextlab.py", "policy_copaw.py", "policy_eviction.py"])
+def test_it_keeps_policy_modules_free_of_run_time_imports_of_the_manager(name: str) -> None:
+    tree = ast.parse((ENGINE / name).read_text(encoding="utf-8"))
+    run_time = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+    assert "contextlab.engine.hook" not in run_time
