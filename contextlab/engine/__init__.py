@@ -21,9 +21,10 @@ from contextlab.engine.errors import (
     TokenizerUnavailable,
     UnknownFormat,
 )
-from contextlab.engine.hook import ContextManager, SplitPreview, TurnResult
+from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message
 from contextlab.engine.profile import Profile
+from contextlab.engine.split import SplitPreview
 
 __all__ = [
     "CompactorFailed",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from contextlab.engine import copaw
-from contextlab.engine.policy_copaw import as_agentscope
+from contextlab.engine.copaw_shape import as_agentscope
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
 
 if TYPE_CHECKING:

@@ -19,16 +19,15 @@ import json
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contextlab.engine import copaw, flaw_notes, policy_copaw, policy_eviction
 from contextlab.engine.archive import DialogArchive
 from contextlab.engine.compactors import build_compactor
-from contextlab.engine.compactors.base import Compactor, SummaryRequest, SummaryResult
+from contextlab.engine.compactors.base import Compactor, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
-from contextlab.engine.errors import CompactorFailed, MalformedInput
+from contextlab.engine.errors import MalformedInput
 from contextlab.engine.memory import record_session_notes
 from contextlab.engine.messages import (
     Block,
@@ -42,11 +41,10 @@ from contextlab.engine.messages import (
     parse_timestamp,
     utc_now_iso,
 )
-from contextlab.engine.policy_copaw import local_date
+from contextlab.engine.policy import Policy, build_policy
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
-from contextlab.engine.prompts import resolve_language, wrap_summary
-from contextlab.engine.split import SplitPlan, newest_user_index, plan_split
-from contextlab.engine.tokens import CopawEstimator, TiktokenCounter, TokenCounter
+from contextlab.engine.split import SplitPreview
+from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, CopawEstimator, TiktokenCounter, TokenCounter
 from contextlab.engine.tool_results import (
     block_text,
     check_utf8,
@@ -55,9 +53,8 @@ from contextlab.engine.tool_results import (
     read_file_origin,
     rebuild_parts,
 )
-from contextlab.engine.trace import Observer, StepRecord, TurnTrace, flaw
+from contextlab.engine.trace import Observer, StepRecord, TurnTrace
 from contextlab.engine.truncation import OffloadStore, count_lines, cut_text, reference_only
-from contextlab.engine.validity import check_summary
 from contextlab.engine.working_memory import LiveFileTracker
 
 
@@ -99,18 +96,43 @@ class TurnResult:
         return to_openai(self.payload)
 
 
-@dataclass
-class SplitPreview:
-    compact_ids: list[str]
-    keep_ids: list[str]
-    pinned_ids: list[str]
-    compact_tokens: int
-    kept_tokens: int
-    reserve: int
-    notes: list[str] = field(default_factory=list)
+def shorten_arguments(value: Any, *, limit: int, file: str) -> Any:
+    """Arguments with every long string value cut so the whole is about ``limit`` bytes."""
+    strings: list[int] = []
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    def sizes(item: Any) -> None:
+        if isinstance(item, str):
+            strings.append(len(item.encode("utf-8")))
+        elif isinstance(item, dict):
+            for sub in item.values():
+                sizes(sub)
+        elif isinstance(item, list):
+            for sub in item:
+                sizes(sub)
+
+    sizes(value)
+    long_count = sum(1 for size in strings if size > 200) or 1
+    per_value = max(120, limit // long_count)
+
+    def cut(item: Any) -> Any:
+        if isinstance(item, str):
+            data = item.encode("utf-8")
+            if len(data) <= per_value + 80:
+                return item
+            head = data[:per_value].decode("utf-8", "ignore")
+            return f"{head}… [{len(data) - len(head.encode('utf-8')):,} more bytes; the full arguments are in {file}]"
+        if isinstance(item, dict):
+            return {key: cut(sub) for key, sub in item.items()}
+        if isinstance(item, list):
+            return [cut(sub) for sub in item]
+        return item
+
+    shortened = cut(value)
+    if len(json.dumps(shortened, ensure_ascii=False).encode("utf-8")) > 2 * limit + 200:
+        # Many short values: keep a preview of the JSON, the rest is in the file.
+        text = json.dumps(value, ensure_ascii=False)
+        return {"arguments_preview": text[:limit], "full_arguments_file": file}
+    return shortened if isinstance(shortened, dict) else {"arguments": shortened}
 
 
 class ContextManager:
@@ -143,9 +165,10 @@ class ContextManager:
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.exact_counter: TokenCounter = TiktokenCounter(profile.tokenizer)
         self.estimator: TokenCounter = CopawEstimator(profile.estimate_divisor)
-        # The counter the policy decides with: exact for contextlab, CoPaw's
-        # estimate for copaw (so a replay sees the numbers CoPaw saw).
-        self.counter = self.exact_counter if profile.policy == "contextlab" else self.estimator
+        self.policy: Policy = build_policy(profile.policy)
+        # The counter the policy decides with: exact, except CoPaw's estimate
+        # for the copaw policy (so a replay sees the numbers CoPaw saw).
+        self.counter = self.exact_counter if self.policy.exact_counts else self.estimator
         self.compactor = compactor or self._default_compactor()
         self.fallback_compactor = ExtractiveCompactor()
         self.offload = OffloadStore(self.workspace)
@@ -279,6 +302,10 @@ class ContextManager:
     def note_archive_files(self, files: Iterable[str]) -> None:
         self._archive_files.update(files)
 
+    def call_of(self, call_id: str) -> ToolUseBlock | None:
+        """The tool call with that id, wherever it is (live, archived or pending)."""
+        return self._calls.get(call_id)
+
     def _index_of(self, msg_id: str) -> int | None:
         """Position of a live message, searched from the tail, where the hook's
         work happens (results sliding out of recent_n are near the end)."""
@@ -310,18 +337,11 @@ class ContextManager:
 
     def _build_summary_message(self) -> Message:
         assert self.summary is not None
-        if self.profile.policy == "copaw":
-            text = copaw.wrap_summary(self.summary)
-        else:
-            text = wrap_summary(
-                self.summary,
-                archive_hint=self._archive_hint(),
-                language=resolve_language(self.profile.summary_language, self.messages[-20:]),
-            )
+        text = self.policy.summary_text(self, self.summary)
         return Message.text("user", text, id=f"summary-v{self.summary_version}", name="summary",
                             metadata={"layer": "summary", "summary_version": self.summary_version})
 
-    def _archive_hint(self) -> str:
+    def archive_hint(self) -> str:
         files = sorted(self._archive_files)
         if not files:
             return "dialog/YYYY-MM-DD.jsonl"
@@ -366,7 +386,7 @@ class ContextManager:
             self._ids.add(msg.id)
             self._added.append(msg.id)
             self.fate[msg.id] = [{"event": "ingested", "before_turn": self.turn + 1}]
-            if self.profile.policy == "contextlab" and msg.is_tool_result:
+            if self.policy.cuts_on_ingest and msg.is_tool_result:
                 msg = self._stage_one(msg)
             self.messages.append(msg)
             self._add_live(msg)
@@ -407,7 +427,7 @@ class ContextManager:
                 new_blocks.append(block)
                 continue
             limit = self._limits_for(call, recent=True)
-            new_block, entry = self._cut_block(msg, b_index, block, call, limit, stage=1)
+            new_block, entry = self.cut_block(msg, b_index, block, call, limit, stage=1)
             if entry is not None:
                 changed = True
                 self.ledger[key] = entry
@@ -417,12 +437,12 @@ class ContextManager:
             new_blocks.append(new_block)
         if not changed:
             return msg
-        return msg.replace_content(new_blocks, offload=self._offload_meta(msg.id, len(msg.content)))
+        return msg.replace_content(new_blocks, offload=self.offload_meta(msg.id, len(msg.content)))
 
-    def _offload_meta(self, msg_id: str, n_blocks: int) -> dict[str, dict[str, Any]]:
+    def offload_meta(self, msg_id: str, n_blocks: int) -> dict[str, dict[str, Any]]:
         return {str(i): self.ledger[f"{msg_id}#{i}"] for i in range(n_blocks) if f"{msg_id}#{i}" in self.ledger}
 
-    def _cut_block(
+    def cut_block(
         self,
         msg: Message,
         b_index: int,
@@ -513,14 +533,14 @@ class ContextManager:
                 block.output_text().encode("utf-8"))
             if original_bytes <= limit + TRUNCATION_SLACK_BYTES:
                 continue
-            new_block, entry = self._cut_block(msg, int(b), block, call, limit, stage=2, reference=browser)
+            new_block, entry = self.cut_block(msg, int(b), block, call, limit, stage=2, reference=browser)
             if entry is None:
                 continue
             before = self.ledger.get(key, {}).get("kept_bytes", original_bytes)
             self.ledger[key] = entry
             blocks = list(msg.content)
             blocks[int(b)] = new_block
-            new_msg = msg.replace_content(blocks, offload=self._offload_meta(msg.id, len(blocks)))
+            new_msg = msg.replace_content(blocks, offload=self.offload_meta(msg.id, len(blocks)))
             self.replace_message(index, new_msg)
             self.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": self.turn, "block": int(b),
                                       "bytes_before": before, "bytes_after": entry["kept_bytes"],
@@ -542,12 +562,7 @@ class ContextManager:
         self.turn += 1
         trace = self._new_trace("auto")
         try:
-            if self.profile.policy == "copaw":
-                policy_copaw.copaw_turn(self, trace)
-            elif self.profile.policy == "eviction":
-                policy_eviction.eviction_turn(self, trace)
-            else:
-                self._contextlab_turn(trace, manual=False, instruction=None)
+            self.policy.turn(self, trace)
         except Exception as exc:  # the trace must record what broke, then re-raise
             trace.error = f"{type(exc).__name__}: {exc}"
             trace.finish()
@@ -559,28 +574,12 @@ class ContextManager:
         """Manual compaction (``/compact [instruction]``): steps 3-4 on demand."""
         self.turn += 1
         trace = self._new_trace("manual")
-        if self.profile.policy == "copaw":
-            policy_copaw.copaw_manual(self, trace, instruction)
-        else:
-            self._contextlab_turn(trace, manual=True, instruction=instruction)
+        self.policy.manual(self, trace, instruction)
         return self._finish(trace)
 
     def preview_compaction(self) -> SplitPreview:
         """Which messages a manual compaction would summarise and which it keeps."""
-        if self.profile.policy == "copaw":
-            ids = [m.id for m in self.messages]
-            return SplitPreview(ids, [], [], self._live_tokens, 0, 0,
-                                ["CoPaw's /compact summarises every live message"])
-        plan = self._plan([self.tokens_of(m) for m in self.messages], manual=True, reserve=self.profile.reserve)
-        return SplitPreview(
-            compact_ids=[self.messages[i].id for i in plan.compact],
-            keep_ids=[self.messages[i].id for i in plan.keep],
-            pinned_ids=[self.messages[plan.pinned].id] if plan.pinned is not None else [],
-            compact_tokens=plan.compact_tokens,
-            kept_tokens=plan.kept_tokens,
-            reserve=plan.reserve,
-            notes=plan.notes,
-        )
+        return self.policy.preview(self)
 
     def _new_trace(self, trigger: str) -> TurnTrace:
         p = self.profile
@@ -617,146 +616,8 @@ class ContextManager:
                 rec.outcome = f"{left:,} tokens left for messages"
         return used, left, rec
 
-    # ---- contextlab
-    def _contextlab_turn(self, trace: TurnTrace, *, manual: bool, instruction: str | None) -> None:
-        p = self.profile
-        used, left, gate = self.gate(trace)
-        if gate.status == "warning":
-            trace.flaws_avoided.append(flaw(
-                "gate_disables_compaction",
-                f"left {left:,} ≤ reserve {p.reserve:,}: CoPaw would stop compacting here; we still compact"))
-        with trace.step("tool_result_compaction", self.observer) as rec:
-            self.stage_two(rec)
-            flaw_notes.note_truncation_flaws(self, trace, rec)
-        with trace.step("context_check", self.observer) as rec:
-            total = self._live_tokens
-            rec.numbers = {"total": total, "threshold_left": left, "reserve": p.reserve,
-                           "estimate_total": self._live_estimate, "exact_total": self._live_exact}
-            flaw_notes.note_estimator_flaws(self, trace, left)
-            plan: SplitPlan | None = None
-            if not manual and total < left:
-                rec.outcome = f"{total:,} < {left:,}: keep everything"
-                rec.status = "ok"
-            else:
-                tokens = [self.tokens_of(m) for m in self.messages]
-                plan = self._plan(tokens, manual=manual, reserve=(
-                    # When the gate leaves less than the reserve, keep only what
-                    # still fits under the threshold (never a negative budget).
-                    min(p.reserve, max(left, 0)) if gate.status == "warning" else p.reserve))
-                rec.status = "fired"
-                rec.numbers.update(plan.as_numbers())
-                rec.reasons.extend(plan.notes)
-                rec.details["compact_ids"] = [self.messages[i].id for i in plan.compact]
-                rec.details["keep_ids"] = [self.messages[i].id for i in plan.keep]
-                if plan.pinned is not None:
-                    rec.details["pinned_id"] = self.messages[plan.pinned].id
-                rec.outcome = (f"compact {len(plan.compact)} message(s) ({plan.compact_tokens:,} tokens), "
-                               f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
-                if not manual:
-                    flaw_notes.note_split_flaws(self, trace, left)
-        if plan is None or not plan.compact:
-            if plan is not None:
-                trace.outcome = "nothing_to_compact"
-            self._window_guard(trace)
-            return
-        to_compact = [self.messages[i] for i in plan.compact]
-        pinned_id = self.messages[plan.pinned].id if plan.pinned is not None else None
-        summary, result, fallback = self._summarise(trace, to_compact, manual=manual, instruction=instruction)
-        if summary is None:
-            trace.outcome = "compaction_failed"
-            trace.flaws_avoided.append(flaw(
-                "failed_summary_drops_messages",
-                f"the summary failed; CoPaw would have dropped {len(to_compact)} message(s) and the previous "
-                f"summary, we kept both"))
-            self._window_guard(trace)
-            return
-        self.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
-        self.pinned_ids = [pinned_id] if pinned_id else []
-        trace.outcome = "fallback_summary" if fallback else "compacted"
-        truncated = [m.id for m in to_compact if m.metadata.get("offload")]
-        if truncated:
-            trace.flaws_avoided.append(flaw(
-                "archive_truncated_text",
-                f"{len(truncated)} archived message(s) hold their full original tool output"))
-        if any(local_date(m) != m.timestamp[:10] for m in to_compact):
-            trace.flaws_avoided.append(flaw("local_time_dates", "archive files dated in UTC"))
-        self._window_guard(trace)
-
-    def _plan(self, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
-        if manual:
-            # Asked for explicitly: summarise everything before the newest user
-            # turn, which stays whole (CoPaw's /compact takes even that).
-            newest = newest_user_index(self.messages)
-            reserve = sum(tokens[newest:]) if newest is not None else 0
-        return plan_split(self.messages, tokens, reserve=reserve)
-
-    def _summarise(
-        self, trace: TurnTrace, to_compact: list[Message], *, manual: bool, instruction: str | None
-    ) -> tuple[str | None, SummaryResult | None, bool]:
-        """Steps 03a/03b + LLM call + validity. Returns (summary or None, result, used_fallback)."""
-        p = self.profile
-        language = resolve_language(p.summary_language, to_compact)
-        originals = [self.original(m) for m in to_compact]
-        request = SummaryRequest(messages=originals, previous_summary=self.summary, language=language,
-                                 extra_instruction=instruction, cap_tokens=int(p.max_input_length * 0.6))
-        result: SummaryResult | None = None
-        failure: str | None = None
-        raw: dict[str, Any] = {}
-        with trace.step("summary", self.observer) as rec:
-            rec.inputs = {"mode": "incremental" if self.summary else "initial", "language": language,
-                          "message_count": len(originals), "compactor": self.compactor.name,
-                          "instruction": instruction, "previous_summary_version": self.summary_version}
-            try:
-                result = self.compactor.summarize(request)
-                rec.numbers = {"latency_ms": round(result.latency_ms, 1), "attempts": result.attempts,
-                               "summary_chars": len(result.text)}
-                rec.details = {"model": result.model, "usage": result.usage, "compactor": result.compactor}
-                rec.outcome = f"{'incremental update' if self.summary else 'initial summary'} by {result.compactor}"
-                rec.status = "fired"
-            except CompactorFailed as exc:
-                failure = exc.message
-                raw = {"request": getattr(exc, "raw_request", None), "response": getattr(exc, "raw_response", None)}
-                rec.status = "failed"
-                rec.outcome = "the summary call failed"
-                rec.reasons.append(exc.message)
-        with trace.step("validity", self.observer) as rec:
-            if result is not None:
-                verdict = check_summary(result.text, language=language)
-                rec.numbers = {"missing_sections": len(verdict.missing_sections)}
-                rec.details = {"missing_sections": verdict.missing_sections}
-                if verdict.valid:
-                    rec.outcome = "all six sections present"
-                    return result.text, result, False
-                failure = "; ".join(verdict.reasons)
-                raw = {"request": result.raw_request, "response": result.raw_response, "text": result.text}
-                rec.status = "failed"
-                rec.reasons.extend(verdict.reasons)
-                if copaw.is_valid_summary(result.text):
-                    trace.flaws_avoided.append(flaw(
-                        "weak_validity_check",
-                        "the reply contains '##' so CoPaw would have accepted it: " + failure))
-            else:
-                rec.status = "skipped"
-                rec.outcome = "no reply to check"
-            dump = self.save_invalid_summary(trace, failure or "unknown failure", raw)
-            rec.details["saved"] = dump
-            # Keep the previous summary and the messages, unless keeping them would
-            # overflow the window: then an offline extractive summary stands in.
-            payload_tokens = self._payload_tokens_estimate()
-            overflow = payload_tokens > p.max_input_length or manual
-            if overflow and self.compactor.name != self.fallback_compactor.name:
-                fallback = self.fallback_compactor.summarize(request)
-                rec.reasons.append(
-                    "fell back to the offline extractive summary" + (
-                        " (manual compaction requested)" if manual else
-                        f" because keeping everything would need {payload_tokens:,} of "
-                        f"{p.max_input_length:,} tokens"))
-                rec.outcome = "invalid or failed summary replaced by the extractive fallback"
-                return fallback.text, fallback, True
-            rec.outcome = "invalid or failed summary: previous summary and messages kept"
-            return None, result, False
-
-    def _payload_tokens_estimate(self) -> int:
+    def payload_tokens(self) -> int:
+        """System prompt + summary + live messages, by the policy's counter."""
         summary_msg = self.summary_message()
         return (self._text_message_tokens(self.counter, "system", self.system_prompt)
                 + (self.counter.count_message(summary_msg) if summary_msg else 0) + self._live_tokens)
@@ -768,12 +629,46 @@ class ContextManager:
                                            encoding="utf-8")
         return name
 
+    def payload_exact_tokens(self) -> int:
+        """What the payload of this turn costs, exactly as ``_finish`` reports it."""
+        summary_msg = self.summary_message()
+        return (self._text_message_tokens(self.exact_counter, "system", self.system_prompt)
+                + (self.exact_counter.count_message(summary_msg) if summary_msg else 0)
+                + self._live_exact + REPLY_PRIMING_TOKENS)
+
+    def cut_arguments(self, msg: Message, b_index: int, block: ToolUseBlock,
+                      limit: int) -> tuple[ToolUseBlock, dict[str, Any] | None]:
+        """Shorten the arguments of a call already made to about ``limit`` bytes.
+
+        The original arguments (and their raw JSON) go to ``tool_result/`` first;
+        every string value that is cut ends with a notice naming that file.
+        """
+        raw = block.raw_input if block.raw_input is not None else json.dumps(block.input, ensure_ascii=False)
+        size = len(raw.encode("utf-8"))
+        if size <= limit + TRUNCATION_SLACK_BYTES or (msg.metadata.get("offload_args") or {}).get(str(b_index)):
+            return block, None
+        saved = self.offload.save(json.dumps({"input": block.input, "raw_input": block.raw_input},
+                                             ensure_ascii=False), name=uuid.uuid4().hex)
+        shortened = shorten_arguments(block.input, limit=limit, file=saved.relative)
+        new_block = ToolUseBlock(id=block.id, name=block.name, input=shortened)
+        kept = len(json.dumps(shortened, ensure_ascii=False).encode("utf-8"))
+        entry = {"file": saved.relative, "sha256": saved.sha256, "original_bytes": size, "kept_bytes": kept,
+                 "at_turn": self.turn}
+        return new_block, entry
+
     def original(self, msg: Message) -> Message:
-        """The message as it was ingested: offloaded tool output read back in full."""
+        """The message as it was ingested: offloaded tool output and arguments read back in full."""
         offload = msg.metadata.get("offload")
-        if not offload:
+        offload_args = msg.metadata.get("offload_args")
+        if not offload and not offload_args:
             return msg
         blocks = list(msg.content)
+        for b_index, entry in (offload_args or {}).items():
+            use = blocks[int(b_index)]
+            if isinstance(use, ToolUseBlock):
+                stored = json.loads(self.offload.read(entry["file"]))
+                blocks[int(b_index)] = ToolUseBlock(use.id, use.name, stored["input"], stored["raw_input"])
+        offload = offload or {}
         for b_index, entry in offload.items():
             block = blocks[int(b_index)]
             if isinstance(block, ToolResultBlock):
@@ -783,8 +678,8 @@ class ContextManager:
                     media = [p for p in block.output if isinstance(p, MediaBlock)]
                     output = rebuild_parts(full, entry.get("layout"), media)
                 blocks[int(b_index)] = ToolResultBlock(block.id, block.name, output, block.is_error)
-        meta = {k: v for k, v in msg.metadata.items() if k != "offload"}
-        meta["offloaded_files"] = [e["file"] for e in offload.values()]
+        meta = {k: v for k, v in msg.metadata.items() if k not in ("offload", "offload_args")}
+        meta["offloaded_files"] = [e["file"] for e in [*offload.values(), *(offload_args or {}).values()]]
         return Message(role=msg.role, content=tuple(blocks), id=msg.id, name=msg.name,
                        timestamp=msg.timestamp, metadata=meta)
 
@@ -849,48 +744,6 @@ class ContextManager:
         relative = update.path.relative_to(self.memory_workspace).as_posix()
         return {"file": relative, "added": update.added, "already_present": len(update.skipped)}
 
-    def _window_guard(self, trace: TurnTrace) -> None:
-        """Last resort: if the payload would still overflow the window, re-cut tool
-        output in the live context (originals stay in their files)."""
-        p = self.profile
-        needed = self._payload_tokens_estimate()
-        if needed <= p.max_input_length:
-            return
-        recut: list[str] = []
-        candidates = sorted(
-            ((self.tokens_of(m), i) for i, m in enumerate(self.messages) if m.is_tool_result), reverse=True)
-        for _, index in candidates:
-            if needed <= p.max_input_length:
-                break
-            msg = self.messages[index]
-            blocks = list(msg.content)
-            changed = False
-            for b_index, block in enumerate(blocks):
-                if not isinstance(block, ToolResultBlock):
-                    continue
-                call = self._calls.get(block.id)
-                new_block, entry = self._cut_block(msg, b_index, block, call, p.old_max_bytes, stage=2)
-                if entry is not None:
-                    self.ledger[f"{msg.id}#{b_index}"] = entry
-                    blocks[b_index] = new_block
-                    changed = True
-            if changed:
-                before = self.tokens_of(msg)
-                new_msg = msg.replace_content(blocks, offload=self._offload_meta(msg.id, len(blocks)))
-                self.replace_message(index, new_msg)
-                needed -= before - self.tokens_of(new_msg)
-                self.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": trace.turn,
-                                          "reason": "window guard"})
-                recut.append(msg.id)
-        if recut:
-            step = trace.get("tool_result_compaction")
-            if step is not None:
-                step.details["window_guard"] = recut
-                step.reasons.append(f"re-cut {len(recut)} result(s) in the kept tail so the payload fits the window")
-            trace.flaws_avoided.append(flaw(
-                "newest_user_compacted",
-                "the kept tail was larger than the reserve: CoPaw would have compacted everything, "
-                "the newest request included; we re-cut tool output instead"))
 
     # ----------------------------------------------------------- the result
     def _finish(self, trace: TurnTrace) -> TurnResult:
@@ -905,10 +758,9 @@ class ContextManager:
         with trace.step("result", self.observer) as rec:
             system_tokens = self._text_message_tokens(self.exact_counter, "system", self.system_prompt)
             summary_tokens = self.exact_counter.count_message(summary_msg) if summary_msg else 0
-            tool_tokens = sum(self.exact_counter.count_message(m) for m in self.messages if m.is_tool_result) \
-                if self.profile.policy == "copaw" else self._exact_tool_tokens()
+            tool_tokens = self._exact_tool_tokens()
             message_tokens = self._live_exact - tool_tokens
-            total = system_tokens + summary_tokens + self._live_exact + 3
+            total = system_tokens + summary_tokens + self._live_exact + REPLY_PRIMING_TOKENS
             pinned = [mid for mid in self.pinned_ids if self.fate[mid][-1]["event"] != "compacted"]
             rec.numbers = {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
                            "tool_results": tool_tokens, "total": total, "window": self.profile.max_input_length,
@@ -950,8 +802,9 @@ class ContextManager:
     def referenced_files(self) -> set[str]:
         refs: set[str] = set()
         for msg in self.messages:
-            for entry in (msg.metadata.get("offload") or {}).values():
-                refs.add(entry["file"])
+            for key in ("offload", "offload_args"):
+                for entry in (msg.metadata.get(key) or {}).values():
+                    refs.add(entry["file"])
         return refs
 
     def cleanup_offloaded(self, now: dt.datetime | None = None) -> list[str]:

@@ -12,21 +12,37 @@ from typing import TYPE_CHECKING, Any
 
 from contextlab.engine import copaw
 from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
+from contextlab.engine.copaw_shape import agentscope_output, as_agentscope, local_date
 from contextlab.engine.errors import CompactorFailed
-from contextlab.engine.messages import (
-    MediaBlock,
-    Message,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    parse_timestamp,
-)
+from contextlab.engine.messages import Message, ToolResultBlock
+from contextlab.engine.policy import Policy
 from contextlab.engine.prompts import resolve_language
+from contextlab.engine.split import SplitPreview
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
 from contextlab.engine.truncation import MARKER
 
 if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
+
+
+class CopawPolicy(Policy):
+    """CoPaw's hook, decisions and byte estimate included (its overshoot is flagged, not fixed)."""
+
+    name = "copaw"
+    exact_counts = False
+
+    def turn(self, manager: ContextManager, trace: TurnTrace) -> None:
+        copaw_turn(manager, trace)
+
+    def manual(self, manager: ContextManager, trace: TurnTrace, instruction: str | None) -> None:
+        copaw_manual(manager, trace, instruction)
+
+    def preview(self, manager: ContextManager) -> SplitPreview:
+        return SplitPreview([m.id for m in manager.messages], [], [], manager.live_tokens, 0, 0,
+                            ["CoPaw's /compact summarises every live message"])
+
+    def summary_text(self, manager: ContextManager, summary: str) -> str:
+        return copaw.wrap_summary(summary)
 
 
 def copaw_turn(manager: ContextManager, trace: TurnTrace) -> None:
@@ -70,6 +86,7 @@ def copaw_turn(manager: ContextManager, trace: TurnTrace) -> None:
         rec.outcome = f"compact {len(compact)}, keep {len(keep)}, is_valid={valid}"
     to_compact = [manager.messages[i] for i in compact]
     copaw_compact(manager, trace, to_compact, instruction=None, trigger="auto")
+
 
 def copaw_compact(manager: ContextManager, trace: TurnTrace, to_compact: list[Message], *, instruction: str | None,
                    trigger: str) -> None:
@@ -120,12 +137,14 @@ def copaw_compact(manager: ContextManager, trace: TurnTrace, to_compact: list[Me
     else:
         manager.summary = None
 
+
 def copaw_manual(manager: ContextManager, trace: TurnTrace, instruction: str | None) -> None:
     manager.gate(trace)
     if not manager.messages:
         trace.outcome = "nothing_to_compact"
         return
     copaw_compact(manager, trace, list(manager.messages), instruction=instruction, trigger="manual")
+
 
 def copaw_tool_results(manager: ContextManager, trace: TurnTrace, rec: StepRecord) -> None:
     p = manager.profile
@@ -171,57 +190,3 @@ def copaw_tool_results(manager: ContextManager, trace: TurnTrace, rec: StepRecor
         trace.copaw_losses.append(flaw("silent_single_line_cut", f"{silent} result(s) cut with no notice"))
     if len(new_files) > len([c for c in changed if c["notice"]]) and silent:
         trace.copaw_losses.append(flaw("duplicate_remnant_file", "a remnant was saved as a new file"))
-
-
-def as_agentscope(msg: Message) -> dict[str, Any]:
-    """A message as an AgentScope ``Msg`` dict, the shape CoPaw's functions take."""
-    blocks: list[dict[str, Any]] = []
-    for block in msg.content:
-        if isinstance(block, TextBlock):
-            blocks.append({"type": "text", "text": block.text})
-        elif isinstance(block, ToolUseBlock):
-            use: dict[str, Any] = {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-            if block.raw_input is not None:
-                use["raw_input"] = block.raw_input
-            blocks.append(use)
-        elif isinstance(block, ToolResultBlock):
-            output: Any = block.output
-            if not isinstance(block.output, str):
-                parts: list[dict[str, Any]] = []
-                for part in block.output:
-                    if isinstance(part, TextBlock):
-                        parts.append({"type": "text", "text": part.text})
-                    else:
-                        parts.append({"type": part.kind, "source": {"type": "url", "url": part.url or ""}})
-                output = parts
-            blocks.append({"type": "tool_result", "id": block.id, "name": block.name, "output": output})
-        elif isinstance(block, MediaBlock):
-            blocks.append({"type": block.kind, "source": {"type": "url", "url": block.url or ""}})
-        else:
-            blocks.append({"type": "thinking", "thinking": block.thinking})
-    role = "system" if msg.role == "tool" else msg.role
-    return {"id": msg.id, "name": msg.name or role, "role": role, "content": blocks,
-            "metadata": {}, "timestamp": local_timestamp(msg)}
-
-
-def agentscope_output(content: Any, tool_id: str) -> str | None:
-    if not isinstance(content, list):
-        return None
-    for block in content:
-        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("id") == tool_id:
-            out = block.get("output")
-            if isinstance(out, str):
-                return out
-            if isinstance(out, list):
-                return "\n".join(p.get("text", "") for p in out if isinstance(p, dict) and p.get("type") == "text")
-    return None
-
-
-def local_timestamp(msg: Message) -> str:
-    """AgentScope stamps messages in process-local time, ``YYYY-MM-DD HH:MM:SS.mmm``."""
-    local = parse_timestamp(msg.timestamp).astimezone()
-    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
-
-
-def local_date(msg: Message) -> str:
-    return local_timestamp(msg)[:10]

@@ -21,13 +21,46 @@ from contextlab.engine.eviction import (
     plan_eviction,
 )
 from contextlab.engine.messages import Message
+from contextlab.engine.policy import Policy
+from contextlab.engine.policy_contextlab import contextlab_turn, preview_split
+from contextlab.engine.split import SplitPreview
+from contextlab.engine.tokens import REPLY_PRIMING_TOKENS
 from contextlab.engine.trace import TurnTrace
+from contextlab.engine.window_fit import fit_window
 
 if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
 
 
+class EvictionPolicy(Policy):
+    """Automatic turns evict scored units; ``/compact`` summarises like the contextlab policy."""
+
+    name = "eviction"
+
+    def turn(self, manager: ContextManager, trace: TurnTrace) -> None:
+        eviction_turn(manager, trace)
+
+    def manual(self, manager: ContextManager, trace: TurnTrace, instruction: str | None) -> None:
+        contextlab_turn(manager, trace, manual=True, instruction=instruction)
+
+    def preview(self, manager: ContextManager) -> SplitPreview:
+        return preview_split(manager)
+
+
 def eviction_turn(manager: ContextManager, trace: TurnTrace) -> None:
+    _evict(manager, trace)
+    # Units are planned with exact counts, but placeholders cost tokens too
+    # and the core may be larger than the window: the payload must fit anyway.
+    changes = fit_window(manager, trace)
+    if changes:
+        step = trace.get("eviction")
+        if step is not None:
+            step.details["window_guard"] = changes
+            step.reasons.append(f"shrank tool output or arguments in {len(changes)} message(s) so the payload "
+                                "fits the window (originals in tool_result/)")
+
+
+def _evict(manager: ContextManager, trace: TurnTrace) -> None:
     p = manager.profile
     used, left, _gate = manager.gate(trace)
     with trace.step("tool_result_compaction", manager.observer) as rec:
@@ -35,7 +68,7 @@ def eviction_turn(manager: ContextManager, trace: TurnTrace) -> None:
     with trace.step("eviction", manager.observer) as rec:
         total = manager.live_tokens
         soft = max(1, p.threshold - used)
-        hard = max(soft, p.max_input_length - used)
+        hard = max(soft, p.max_input_length - used - REPLY_PRIMING_TOKENS)
         target = max(1, min(soft, int(p.max_input_length * p.eviction_target_ratio) - used))
         rec.inputs = {"strategy": p.eviction_strategy,
                       "weights": {"relevance": p.eviction_weight_relevance, "recency": p.eviction_weight_recency,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from contextlab.engine.messages import Message
 
@@ -117,3 +118,17 @@ def plan_split(messages: Sequence[Message], tokens: Sequence[int], *, reserve: i
         cut_kind=kind,
         notes=notes,
     )
+
+
+@dataclass
+class SplitPreview:
+    compact_ids: list[str]
+    keep_ids: list[str]
+    pinned_ids: list[str]
+    compact_tokens: int
+    kept_tokens: int
+    reserve: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)

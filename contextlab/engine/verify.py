@@ -22,6 +22,14 @@ def resolve_offloads(message: dict[str, Any], out: Path) -> dict[str, Any]:
     """A message dict with each truncated tool output replaced by its full original."""
     offload = message.get("metadata", {}).get("offload") or {}
     content = [dict(block) for block in message["content"]]
+    for index, entry in (message.get("metadata", {}).get("offload_args") or {}).items():
+        stored = json.loads((out / entry["file"]).read_bytes().decode("utf-8"))
+        block = content[int(index)]
+        block["input"] = stored["input"]
+        if stored["raw_input"] is not None:
+            block["raw_input"] = stored["raw_input"]
+        else:
+            block.pop("raw_input", None)
     for index, entry in offload.items():
         block = content[int(index)]
         # Bytes, not read_text: universal newlines would rewrite the original's \r\n.

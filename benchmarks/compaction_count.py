@@ -1,0 +1,109 @@
+"""How often each policy compacts, and whether it ever overflows or loses a message.
+
+Every transcript of the shared corpus is replayed at windows of 8,000, 16,000
+and 32,000 tokens under the ``copaw`` and ``contextlab`` policies (``--eviction``
+adds the three eviction strategies). For each run:
+
+* **compactions**: turns whose outcome is a compaction (or an eviction);
+* **over**: turns whose payload (exact tiktoken count, as sent) is larger than
+  the window. CoPaw's overshoot is its faithful reproduction and is shown,
+  not fixed;
+* **lost**: input messages that are neither live, archived nor externalized
+  with their original content (``contextlab.engine.verify``).
+
+The goal for ``contextlab`` is: compactions ≤ CoPaw's on every row, 0 over,
+0 lost. Run: ``.venv/bin/python benchmarks/compaction_count.py`` (``--quick``
+replays the 8,000 window only; ``--only NAME`` keeps transcripts whose path
+contains NAME).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from contextlab.engine.importers import load_transcript  # noqa: E402
+from contextlab.engine.profile import Profile  # noqa: E402
+from contextlab.engine.replay import replay_transcript  # noqa: E402
+from contextlab.engine.verify import verify_replay  # noqa: E402
+from tests.corpus import TRANSCRIPTS, corpus_path  # noqa: E402
+
+WINDOWS = (8_000, 16_000, 32_000)
+BASE_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("copaw", {"policy": "copaw"}),
+    ("contextlab", {"policy": "contextlab"}),
+)
+EVICTION_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = tuple(
+    (f"ev:{strategy}", {"policy": "eviction", "eviction_strategy": strategy})
+    for strategy in ("lowest_score_first", "sliding_window", "hierarchical_quota"))
+
+
+def run(relative: str, window: int, changes: dict[str, Any], folder: Path) -> dict[str, int]:
+    path = corpus_path(relative)
+    profile = Profile(max_input_length=window).replace(**changes)
+    report = replay_transcript(path, folder, profile=profile, overwrite=True)
+    over = 0
+    peak = 0
+    for line in (folder / "trace.jsonl").read_bytes().decode("utf-8").splitlines():
+        total = int(json.loads(line)["payload"]["tokens"]["total"])
+        peak = max(peak, total)
+        over += total > window
+    lost = verify_replay(folder, load_transcript(path).messages)
+    return {"compactions": report.compactions + report.evictions, "over": over, "peak": peak,
+            "lost": len(lost.missing) + len(lost.changed), "turns": report.turns}
+
+
+def short(relative: str) -> str:
+    parts = Path(relative).parts
+    name = parts[-1] if parts[-1] not in ("thread.json",) else parts[-2]
+    return f"{parts[0]}/{name[:28]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the 8,000-token window only")
+    parser.add_argument("--eviction", action="store_true", help="add the three eviction strategies")
+    parser.add_argument("--only", default="", help="transcripts whose path contains this")
+    args = parser.parse_args()
+    windows = WINDOWS[:1] if args.quick else WINDOWS
+    variants = BASE_VARIANTS + (EVICTION_VARIANTS if args.eviction else ())
+    transcripts = [t for t in TRANSCRIPTS if args.only in t]
+    print(f"machine: {platform.machine()}, {platform.system()}, Python {platform.python_version()}")
+    header = f"{'transcript':<40} {'window':>6} {'turns':>5}"
+    for name, _ in variants:
+        header += f" | {name[:18]:>18} cmp/over/lost"
+    print(header)
+    at_most_copaw = rows = over_total = lost_total = 0
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for relative in transcripts:
+            for window in windows:
+                results = {name: run(relative, window, changes, Path(tmp) / f"{name}-{window}")
+                           for name, changes in variants}
+                line = f"{short(relative):<40} {window:>6} {results['copaw']['turns']:>5}"
+                for name, _ in variants:
+                    r = results[name]
+                    line += f" | {r['compactions']:>18} {r['over']:>4} {r['lost']:>4}"
+                print(line, flush=True)
+                rows += 1
+                at_most_copaw += results["contextlab"]["compactions"] <= results["copaw"]["compactions"]
+                for name, r in results.items():
+                    if name != "copaw":
+                        over_total += r["over"]
+                        lost_total += r["lost"]
+    print(f"\ncontextlab compactions ≤ copaw on {at_most_copaw}/{rows} rows; over-window turns (all policies "
+          f"but copaw): {over_total}; lost messages: {lost_total}; {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

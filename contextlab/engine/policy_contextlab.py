@@ -1,0 +1,275 @@
+"""The ``contextlab`` policy: seed 001's hook, fixing CoPaw's ways of losing context.
+
+Exact token counts; oversized tool output cut as it enters (stage 1) and again
+when it slides out of the newest ``recent_n`` (stage 2); a split that keeps a
+contiguous suffix and pins the newest request; a summary checked for all its
+sections, with an offline fallback only when keeping everything would overflow
+the window; a last-resort re-cut of tool output so the payload fits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from contextlab.engine import copaw
+from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
+from contextlab.engine.copaw_shape import local_date
+from contextlab.engine.errors import CompactorFailed
+from contextlab.engine.flaw_notes import note_estimator_flaws, note_split_flaws, note_truncation_flaws
+from contextlab.engine.messages import Message
+from contextlab.engine.policy import Policy
+from contextlab.engine.prompts import resolve_language
+from contextlab.engine.split import SplitPlan, SplitPreview, newest_user_index, plan_split
+from contextlab.engine.trace import StepRecord, TurnTrace, flaw
+from contextlab.engine.validity import check_summary
+from contextlab.engine.window_fit import fit_window, shrink_messages
+
+if TYPE_CHECKING:
+    from contextlab.engine.hook import ContextManager
+
+
+class ContextlabPolicy(Policy):
+    name = "contextlab"
+    cuts_on_ingest = True
+
+    def turn(self, manager: ContextManager, trace: TurnTrace) -> None:
+        contextlab_turn(manager, trace, manual=False, instruction=None)
+
+    def manual(self, manager: ContextManager, trace: TurnTrace, instruction: str | None) -> None:
+        contextlab_turn(manager, trace, manual=True, instruction=instruction)
+
+    def preview(self, manager: ContextManager) -> SplitPreview:
+        return preview_split(manager)
+
+
+def preview_split(manager: ContextManager) -> SplitPreview:
+    """Which messages a manual compaction would summarise and which it keeps."""
+    plan = plan_for(manager, [manager.tokens_of(m) for m in manager.messages], manual=True,
+                    reserve=manager.profile.reserve)
+    return SplitPreview(
+        compact_ids=[manager.messages[i].id for i in plan.compact],
+        keep_ids=[manager.messages[i].id for i in plan.keep],
+        pinned_ids=[manager.messages[plan.pinned].id] if plan.pinned is not None else [],
+        compact_tokens=plan.compact_tokens,
+        kept_tokens=plan.kept_tokens,
+        reserve=plan.reserve,
+        notes=plan.notes,
+    )
+
+
+def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, instruction: str | None) -> None:
+    p = manager.profile
+    used, left, gate = manager.gate(trace)
+    if gate.status == "warning":
+        trace.flaws_avoided.append(flaw(
+            "gate_disables_compaction",
+            f"left {left:,} ≤ reserve {p.reserve:,}: CoPaw would stop compacting here; we still compact"))
+    with trace.step("tool_result_compaction", manager.observer) as rec:
+        manager.stage_two(rec)
+        note_truncation_flaws(manager, trace, rec)
+    # When the gate leaves less than the reserve, keep only what still fits
+    # under the threshold (never a negative budget).
+    reserve = min(p.reserve, max(left, 0)) if gate.status == "warning" else p.reserve
+    with trace.step("context_check", manager.observer) as rec:
+        total = manager.live_tokens
+        rec.numbers = {"total": total, "threshold_left": left, "reserve": p.reserve,
+                       "estimate_total": manager.live_estimate_tokens, "exact_total": manager.live_exact_tokens}
+        note_estimator_flaws(manager, trace, left)
+        plan: SplitPlan | None = None
+        deferred = False
+        if not manual and total < left:
+            rec.outcome = f"{total:,} < {left:,}: keep everything"
+            rec.status = "ok"
+        else:
+            plan = plan_for(manager, [manager.tokens_of(m) for m in manager.messages], manual=manual,
+                            reserve=reserve)
+            if not manual and not plan.fits_reserve:
+                # The newest turn, which compaction cannot remove, is what is
+                # large: shrink its tool output (stage 2) before compacting.
+                shrunk = shrink_kept_part(manager, trace, plan, reserve)
+                if shrunk:
+                    rec.details["kept_part_shrunk"] = shrunk
+                    rec.reasons.append(f"the kept part was over the {reserve:,}-token reserve: re-cut tool output "
+                                       f"in {len(shrunk)} of its message(s) instead of compacting it")
+                    plan = plan_for(manager, [manager.tokens_of(m) for m in manager.messages], manual=False,
+                                    reserve=reserve)
+            rec.status = "fired"
+            rec.numbers.update(plan.as_numbers())
+            rec.reasons.extend(plan.notes)
+            rec.details["compact_ids"] = [manager.messages[i].id for i in plan.compact]
+            rec.details["keep_ids"] = [manager.messages[i].id for i in plan.keep]
+            if plan.pinned is not None:
+                rec.details["pinned_id"] = manager.messages[plan.pinned].id
+            rec.outcome = (f"compact {len(plan.compact)} message(s) ({plan.compact_tokens:,} tokens), "
+                           f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
+            if not manual:
+                note_split_flaws(manager, trace, left)
+                deferred = _defer(manager, rec, plan)
+    if deferred:
+        fit_window_step(manager, trace)
+        return
+    if plan is None or not plan.compact:
+        if plan is not None:
+            trace.outcome = "nothing_to_compact"
+        fit_window_step(manager, trace)
+        return
+    to_compact = [manager.messages[i] for i in plan.compact]
+    pinned_id = manager.messages[plan.pinned].id if plan.pinned is not None else None
+    summary, result, fallback = summarise(manager, trace, to_compact, manual=manual, instruction=instruction)
+    if summary is None:
+        trace.outcome = "compaction_failed"
+        trace.flaws_avoided.append(flaw(
+            "failed_summary_drops_messages",
+            f"the summary failed; CoPaw would have dropped {len(to_compact)} message(s) and the previous "
+            f"summary, we kept both"))
+        fit_window_step(manager, trace)
+        return
+    manager.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
+    manager.pinned_ids = [pinned_id] if pinned_id else []
+    trace.outcome = "fallback_summary" if fallback else "compacted"
+    truncated = [m.id for m in to_compact if m.metadata.get("offload")]
+    if truncated:
+        trace.flaws_avoided.append(flaw(
+            "archive_truncated_text",
+            f"{len(truncated)} archived message(s) hold their full original tool output"))
+    if any(local_date(m) != m.timestamp[:10] for m in to_compact):
+        trace.flaws_avoided.append(flaw("local_time_dates", "archive files dated in UTC"))
+    fit_window_step(manager, trace)
+
+
+def minimum_gain(threshold: int, reserve: int) -> int:
+    """The fewest tokens an automatic compaction must free to be worth its LLM call.
+
+    Half the room between the reserve line and the threshold (at least the
+    reserve): a compaction that frees less would be followed by another one a
+    turn or two later. It does not shrink when a large summary or system
+    prompt leaves little room under the threshold: that is exactly when small
+    compactions would follow each other.
+    """
+    return max(reserve, (threshold - reserve) // 2)
+
+
+def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan) -> bool:
+    """Skip a compaction that would free too little, while the payload still fits the window."""
+    if not plan.compact:
+        return False
+    gain = minimum_gain(manager.profile.threshold, manager.profile.reserve)
+    payload = manager.payload_exact_tokens()
+    if plan.compact_tokens >= gain or payload > manager.profile.max_input_length:
+        return False
+    rec.status = "ok"
+    rec.numbers["minimum_gain"] = gain
+    rec.reasons.append(
+        f"compacting would free only {plan.compact_tokens:,} tokens (less than {gain:,}) and the payload "
+        f"({payload:,} tokens) fits the {manager.profile.max_input_length:,}-token window: compaction deferred")
+    rec.outcome = f"over the threshold, compaction deferred: it would free only {plan.compact_tokens:,} tokens"
+    return True
+
+
+def shrink_kept_part(manager: ContextManager, trace: TurnTrace, plan: SplitPlan, reserve: int) -> list[dict[str, Any]]:
+    """Stage 2 inside the part compaction keeps: older tool groups first, the newest last."""
+    keep = [manager.messages[i] for i in plan.keep]
+    kept_ids = {m.id for m in keep}
+    newest_group_start = plan.cut
+    order = [m.id for i, m in sorted(((i, manager.messages[i]) for i in plan.keep),
+                                     key=lambda pair: (pair[0] >= newest_group_start, -manager.tokens_of(pair[1])))
+             if m.tool_results]
+
+    def fits() -> bool:
+        return sum(manager.tokens_of(m) for m in manager.messages if m.id in kept_ids) <= reserve
+
+    return shrink_messages(manager, trace, order, done=fits, arguments=False, reason="kept part over the reserve")
+
+
+def plan_for(manager: ContextManager, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
+    if manual:
+        # Asked for explicitly: summarise everything before the newest user
+        # turn, which stays whole (CoPaw's /compact takes even that).
+        newest = newest_user_index(manager.messages)
+        reserve = sum(tokens[newest:]) if newest is not None else 0
+    return plan_split(manager.messages, tokens, reserve=reserve)
+
+
+def summarise(
+    manager: ContextManager, trace: TurnTrace, to_compact: list[Message], *, manual: bool, instruction: str | None
+) -> tuple[str | None, SummaryResult | None, bool]:
+    """Steps 03a/03b + LLM call + validity. Returns (summary or None, result, used_fallback)."""
+    p = manager.profile
+    language = resolve_language(p.summary_language, to_compact)
+    originals = [manager.original(m) for m in to_compact]
+    request = SummaryRequest(messages=originals, previous_summary=manager.summary, language=language,
+                             extra_instruction=instruction, cap_tokens=int(p.max_input_length * 0.6))
+    result: SummaryResult | None = None
+    failure: str | None = None
+    raw: dict[str, Any] = {}
+    with trace.step("summary", manager.observer) as rec:
+        rec.inputs = {"mode": "incremental" if manager.summary else "initial", "language": language,
+                      "message_count": len(originals), "compactor": manager.compactor.name,
+                      "instruction": instruction, "previous_summary_version": manager.summary_version}
+        try:
+            result = manager.compactor.summarize(request)
+            rec.numbers = {"latency_ms": round(result.latency_ms, 1), "attempts": result.attempts,
+                           "summary_chars": len(result.text)}
+            rec.details = {"model": result.model, "usage": result.usage, "compactor": result.compactor}
+            rec.outcome = f"{'incremental update' if manager.summary else 'initial summary'} by {result.compactor}"
+            rec.status = "fired"
+        except CompactorFailed as exc:
+            failure = exc.message
+            raw = {"request": getattr(exc, "raw_request", None), "response": getattr(exc, "raw_response", None)}
+            rec.status = "failed"
+            rec.outcome = "the summary call failed"
+            rec.reasons.append(exc.message)
+    with trace.step("validity", manager.observer) as rec:
+        if result is not None:
+            verdict = check_summary(result.text, language=language)
+            rec.numbers = {"missing_sections": len(verdict.missing_sections)}
+            rec.details = {"missing_sections": verdict.missing_sections}
+            if verdict.valid:
+                rec.outcome = "all six sections present"
+                return result.text, result, False
+            failure = "; ".join(verdict.reasons)
+            raw = {"request": result.raw_request, "response": result.raw_response, "text": result.text}
+            rec.status = "failed"
+            rec.reasons.extend(verdict.reasons)
+            if copaw.is_valid_summary(result.text):
+                trace.flaws_avoided.append(flaw(
+                    "weak_validity_check",
+                    "the reply contains '##' so CoPaw would have accepted it: " + failure))
+        else:
+            rec.status = "skipped"
+            rec.outcome = "no reply to check"
+        dump = manager.save_invalid_summary(trace, failure or "unknown failure", raw)
+        rec.details["saved"] = dump
+        # Keep the previous summary and the messages, unless keeping them would
+        # overflow the window: then an offline extractive summary stands in.
+        payload_tokens = manager.payload_tokens()
+        overflow = payload_tokens > p.max_input_length or manual
+        if overflow and manager.compactor.name != manager.fallback_compactor.name:
+            fallback = manager.fallback_compactor.summarize(request)
+            rec.reasons.append(
+                "fell back to the offline extractive summary" + (
+                    " (manual compaction requested)" if manual else
+                    f" because keeping everything would need {payload_tokens:,} of "
+                    f"{p.max_input_length:,} tokens"))
+            rec.outcome = "invalid or failed summary replaced by the extractive fallback"
+            return fallback.text, fallback, True
+        rec.outcome = "invalid or failed summary: previous summary and messages kept"
+        return None, result, False
+
+
+
+def fit_window_step(manager: ContextManager, trace: TurnTrace) -> None:
+    """Last resort: if the payload would still overflow the window, shrink tool output
+    and arguments in the live context (originals stay in their files)."""
+    changes = fit_window(manager, trace)
+    if not changes:
+        return
+    step = trace.get("tool_result_compaction")
+    if step is not None:
+        step.details["window_guard"] = [c["message_id"] for c in changes]
+        step.details["window_guard_changes"] = changes
+        step.reasons.append(f"re-cut {len(changes)} message(s) in the kept tail so the payload fits the window")
+    trace.flaws_avoided.append(flaw(
+        "newest_user_compacted",
+        "the kept tail was larger than the reserve: CoPaw would have compacted everything, "
+        "the newest request included; we re-cut tool output instead"))

@@ -1,0 +1,80 @@
+"""Compactions far apart: deferred when they would free little, the kept part shrunk
+instead of compacted again, and call arguments shortened (never lost) to hold the window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from contextlab.engine.hook import ContextManager
+from contextlab.engine.messages import Message, ToolResultBlock, ToolUseBlock
+from contextlab.engine.policy_contextlab import minimum_gain
+from contextlab.engine.profile import Profile
+from tests.engine.sessions import log_lines, tool_round, user
+
+WINDOW = 8_000
+
+
+def manager(tmp_path: Path) -> ContextManager:
+    return ContextManager(Profile(max_input_length=WINDOW), tmp_path / "ws")
+
+
+def test_it_defers_a_compaction_that_would_free_little_while_the_window_holds(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    # A long request the agent works on: pinned, so compaction cannot remove it.
+    m.append([user("Please review this specification. " + "The service must stay available. " * 800)])
+    outcomes: list[str] = []
+    sent: list[int] = []
+    for i in range(30):
+        m.append(tool_round("bash", {"command": f"make step-{i}"}, [log_lines(12, f"step{i}")]))
+        result = m.prepare()
+        outcomes.append(result.trace.outcome)
+        sent.append(result.trace.payload["tokens"]["total"])
+        check = result.trace.get("context_check")
+        assert check is not None
+        if result.trace.outcome == "no_action" and check.numbers["total"] >= check.numbers["threshold_left"]:
+            assert check.numbers["minimum_gain"] == minimum_gain(m.profile.threshold, m.profile.reserve)
+            assert any("compaction deferred" in reason for reason in check.reasons)
+    assert max(sent) <= WINDOW
+    compactions = outcomes.count("compacted")
+    deferred = sum(1 for r in m.traces if "compaction deferred" in (r.get("context_check").outcome or ""))  # type: ignore[union-attr]
+    # Over the threshold from the first turns on, yet it compacts only when the window demands it.
+    assert deferred >= 10
+    assert 1 <= compactions <= 5, outcomes
+
+
+def test_it_shrinks_a_large_newest_result_instead_of_compacting_around_it(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.append([user("build it")])
+    for i in range(3):
+        m.append(tool_round("bash", {"command": f"ls {i}"}, [log_lines(20)]))
+        m.prepare()
+    big = log_lines(500)  # about 10,000 tokens: more than the window, less than the stage-1 limit
+    round_ = tool_round("bash", {"command": "make all"}, [big])
+    m.append(round_)
+    result = m.prepare()
+    assert result.trace.payload["tokens"]["total"] <= WINDOW
+    check = result.trace.get("context_check")
+    assert check is not None and check.details["kept_part_shrunk"][0]["message_id"] == round_[1].id
+    live = next(msg for msg in m.messages if msg.id == round_[1].id)
+    assert len(live.plain_text().encode()) <= m.profile.old_max_bytes + 400 < len(big) // 5
+    original = m.original(live).content[0]
+    assert isinstance(original, ToolResultBlock) and original.output == big
+    assert any(e.get("reason") == "kept part over the reserve" for e in m.fate[round_[1].id])
+
+
+def test_it_shortens_huge_call_arguments_to_fit_the_window_and_keeps_them_whole(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    report = "# Report\n" + "A finding about the delivery market, with numbers. " * 1_500  # ~15,000 tokens
+    call = ToolUseBlock(id="call-1", name="write_file", input={"path": "report.md", "content": report})
+    head = Message(role="assistant", content=(call,), id="a-1")
+    done = Message(role="tool", content=(ToolResultBlock(id="call-1", name="write_file", output="written"),),
+                   id="t-1")
+    m.append([user("write the report"), head, done])
+    result = m.prepare()
+    assert result.trace.payload["tokens"]["total"] <= WINDOW
+    live = next(msg for msg in m.messages if msg.id == "a-1")
+    short = live.tool_uses[0].input
+    entry = live.metadata["offload_args"]["0"]
+    assert short["path"] == "report.md" and entry["file"] in short["content"]
+    assert m.original(live).tool_uses[0].input == call.input
+    assert entry["file"] in m.referenced_files()
