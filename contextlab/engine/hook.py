@@ -56,7 +56,13 @@ from contextlab.engine.tool_results import (
     rebuild_parts,
 )
 from contextlab.engine.trace import Observer, StepRecord, TurnTrace, flaw
-from contextlab.engine.truncation import OffloadStore, count_lines, cut_text, reference_only
+from contextlab.engine.truncation import (
+    OffloadStore,
+    content_file_name,
+    count_lines,
+    cut_text,
+    reference_only,
+)
 from contextlab.engine.validity import check_summary
 from contextlab.engine.working_memory import LiveFileTracker
 
@@ -441,7 +447,9 @@ class ContextManager:
         if not reference and raw_len <= limit + TRUNCATION_SLACK_BYTES:
             return block, None
         if previous is None:
-            saved = self.offload.save(original, name=uuid.uuid4().hex)
+            # Named after the block and its content, never at random: a replay
+            # run twice writes the same notices (and so the same token counts).
+            saved = self.offload.save(original, name=content_file_name(f"{key}\n{original}"))
             file_rel, sha = saved.relative, saved.sha256
             layout = layout_of(block)
         else:

@@ -23,7 +23,7 @@ from contextlab.engine.messages import (
 )
 from contextlab.engine.prompts import resolve_language
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
-from contextlab.engine.truncation import MARKER
+from contextlab.engine.truncation import MARKER, content_file_name
 
 if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
@@ -134,7 +134,8 @@ def copaw_tool_results(manager: ContextManager, trace: TurnTrace, rec: StepRecor
     folder.mkdir(parents=True, exist_ok=True)
     before_files = set(folder.glob("*.txt"))
     new_dicts = copaw.compact_tool_results(dicts, recent_n=p.recent_n, old_max_bytes=p.old_max_bytes,
-                                           recent_max_bytes=p.recent_max_bytes, tool_result_dir=folder)
+                                           recent_max_bytes=p.recent_max_bytes, tool_result_dir=folder,
+                                           file_name=content_file_name)
     removed = copaw.cleanup_expired_files(folder, p.retention_days)
     new_files = sorted(set(folder.glob("*.txt")) - before_files)
     changed: list[dict[str, Any]] = []

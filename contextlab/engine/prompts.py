@@ -365,6 +365,11 @@ def _offload_path(message: Message, block: ToolResultBlock, notice: str) -> str 
 
 
 def _format_tool_result(message: Message, block: ToolResultBlock, limit: int) -> str:
+    if message.is_repair:
+        # An importer's placeholder: reading it as an error would make the
+        # summary report a failure the agent never had.
+        return (f"tool_result {block.name or '?'}: (the recorded session holds no result for this call; "
+                "not a failure)")
     status = " [error]" if block.is_error else ""
     lines = [f"tool_result {block.name or '?'}{status}:"]
     if isinstance(block.output, str):
