@@ -44,7 +44,7 @@ from contextlab.engine.messages import (
 )
 from contextlab.engine.policy_copaw import local_date
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
-from contextlab.engine.prompts import resolve_language, wrap_summary
+from contextlab.engine.prompts import language_of_summary, summary_language, wrap_summary
 from contextlab.engine.split import SplitPlan, newest_user_index, plan_split
 from contextlab.engine.tokens import CopawEstimator, TiktokenCounter, TokenCounter
 from contextlab.engine.tool_results import (
@@ -159,6 +159,8 @@ class ContextManager:
 
         self.messages: list[Message] = []
         self.summary: str | None = None
+        # The language of the first summary, kept for every later one (profile "auto").
+        self.summary_language: str | None = None
         self.summaries: list[SummaryVersion] = []
         self.turn = 0
         self.traces: list[TurnTrace] = []
@@ -322,10 +324,17 @@ class ContextManager:
             text = wrap_summary(
                 self.summary,
                 archive_hint=self._archive_hint(),
-                language=resolve_language(self.profile.summary_language, self.messages[-20:]),
+                language=self.language_for_summary(self.messages[-20:]),
             )
         return Message.text("user", text, id=f"summary-v{self.summary_version}", name="summary",
                             metadata={"layer": "summary", "summary_version": self.summary_version})
+
+    def language_for_summary(self, messages: Sequence[Message]) -> str:
+        """The summary's language, fixed for the session once chosen (see ``summary_language``)."""
+        if self.summary_language is None and self.summary:
+            self.summary_language = language_of_summary(self.summary)
+        self.summary_language = summary_language(self.profile.summary_language, self.summary_language, messages)
+        return self.summary_language
 
     def _archive_hint(self) -> str:
         files = sorted(self._archive_files)
@@ -703,7 +712,7 @@ class ContextManager:
     ) -> tuple[str | None, SummaryResult | None, bool]:
         """Steps 03a/03b + LLM call + validity. Returns (summary or None, result, used_fallback)."""
         p = self.profile
-        language = resolve_language(p.summary_language, to_compact)
+        language = self.language_for_summary(to_compact)
         originals = [self.original(m) for m in to_compact]
         request = SummaryRequest(messages=originals, previous_summary=self.summary, language=language,
                                  extra_instruction=instruction, cap_tokens=int(p.max_input_length * 0.6))
@@ -999,6 +1008,7 @@ class ContextManager:
             "system_prompt": self.system_prompt,
             "turn": self.turn,
             "summary": self.summary,
+            "summary_language": self.summary_language,
             "summaries": [s.to_dict() for s in self.summaries],
             # Token counts travel with the messages, so restoring a session
             # does not re-encode its whole live context.
@@ -1043,6 +1053,7 @@ class ContextManager:
             manager.recovered_files = manager.archive.recover(committed_turn=int(state.get("turn", 0)))
         manager.turn = int(state.get("turn", 0))
         manager.summary = state.get("summary")
+        manager.summary_language = state.get("summary_language")
         manager.summaries = [SummaryVersion(**s) for s in state.get("summaries", [])]
         manager.archived_ids = list(state.get("archived_ids", []))
         manager.externalized = dict(state.get("externalized", {}))

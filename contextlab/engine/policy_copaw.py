@@ -21,7 +21,6 @@ from contextlab.engine.messages import (
     ToolUseBlock,
     parse_timestamp,
 )
-from contextlab.engine.prompts import resolve_language
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
 from contextlab.engine.truncation import MARKER, content_file_name
 
@@ -73,8 +72,7 @@ def copaw_turn(manager: ContextManager, trace: TurnTrace) -> None:
 
 def copaw_compact(manager: ContextManager, trace: TurnTrace, to_compact: list[Message], *, instruction: str | None,
                    trigger: str) -> None:
-    language = "zh" if manager.profile.summary_language == "zh" else (
-        resolve_language(manager.profile.summary_language, to_compact))
+    language = manager.language_for_summary(to_compact)
     request = SummaryRequest(messages=list(to_compact), previous_summary=manager.summary, language=language,
                              extra_instruction=instruction,
                              cap_tokens=int(manager.profile.max_input_length * manager.profile.compact_ratio * 0.95))

@@ -550,6 +550,31 @@ def resolve_language(language: str | None, messages: Sequence[Message]) -> str:
     return "zh" if is_mostly_cjk("\n".join(spoken)) else "en"
 
 
+def summary_language(language: str | None, fixed: str | None, messages: Sequence[Message]) -> str:
+    """The language a session's summary is written in.
+
+    The profile's "en" or "zh" when it names one; for "auto", ``fixed`` (the
+    language the session's first summary was written in) once there is one,
+    and only before that a detection from ``messages``. Re-detecting at every
+    compaction would switch the headings when one span happens to be mostly
+    Chinese and the next mostly English, and every diff would then read
+    "everything removed, everything added".
+    """
+    if (language or "auto").strip().lower() == "auto" and fixed in LANGUAGES:
+        return fixed
+    return resolve_language(language, messages)
+
+
+def language_of_summary(text: str | None) -> str | None:
+    """The language of a summary we wrote, from its headings (None when it has none of ours)."""
+    for line in (text or "").splitlines():
+        if line.startswith("#"):
+            found = heading_language(line.lstrip("#").strip())
+            if found:
+                return found
+    return None
+
+
 # -- the summary as the agent sees it -------------------------------------------------------
 
 _WRAPPERS: dict[str, tuple[str, str]] = {
