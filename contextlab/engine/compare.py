@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contextlab.engine.errors import ContextLabError
 from contextlab.engine.importers import load_transcript
 from contextlab.engine.profile import Profile
 from contextlab.engine.replay import replay_transcript
@@ -78,6 +79,8 @@ def compare_policies(
 ) -> list[PolicyResult]:
     base = profile or Profile()
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ContextLabError(f"{out} is a file, not a folder; choose a folder for --out", field="out")
     messages = load_transcript(transcript).messages
     results: list[PolicyResult] = []
     for name, changes in variants:

@@ -55,7 +55,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -311,7 +311,9 @@ def _markdown_protected_ids(messages: Sequence[AgentScopeMsg]) -> set[str]:
     return protected
 
 
-def _truncate_output_text(content: str, max_bytes: int, directory: Path) -> str:
+def _truncate_output_text(
+    content: str, max_bytes: int, directory: Path, file_name: Callable[[str], str] | None = None
+) -> str:
     """ReMe's ``ToolResultCompactor._truncate`` for one string; returns ``content`` itself if kept."""
     if not content:
         return content
@@ -322,7 +324,7 @@ def _truncate_output_text(content: str, max_bytes: int, directory: Path) -> str:
         if len(content.encode("utf-8")) <= max_bytes + SLACK_BYTES:
             return content
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{uuid4().hex}.txt"
+        path = directory / f"{file_name(content) if file_name else uuid4().hex}.txt"
         # The full original, raw: no header, so read_file line numbers match the notice.
         path.write_bytes(content.encode("utf-8"))
         return truncate_text_output(content, 1, content.count("\n") + 1, max_bytes, file_path=str(path))
@@ -331,10 +333,12 @@ def _truncate_output_text(content: str, max_bytes: int, directory: Path) -> str:
         return content
 
 
-def _compact_output(output: Any, max_bytes: int, directory: Path) -> Any:
+def _compact_output(
+    output: Any, max_bytes: int, directory: Path, file_name: Callable[[str], str] | None = None
+) -> Any:
     """A tool result's output after compaction; the same object when nothing changed."""
     if isinstance(output, str):
-        return _truncate_output_text(output, max_bytes, directory)
+        return _truncate_output_text(output, max_bytes, directory, file_name)
     if not isinstance(output, list):
         return output
     new_output: list[Any] | None = None
@@ -343,7 +347,7 @@ def _compact_output(output: Any, max_bytes: int, directory: Path) -> Any:
         if not isinstance(part, Mapping) or part.get("type") != "text":
             continue
         text = part.get("text") or ""
-        cut = _truncate_output_text(text, max_bytes, directory)
+        cut = _truncate_output_text(text, max_bytes, directory, file_name)
         if cut is not text:
             if new_output is None:
                 new_output = list(output)
@@ -358,13 +362,15 @@ def compact_tool_results(
     old_max_bytes: int,
     recent_max_bytes: int,
     tool_result_dir: str | os.PathLike[str],
+    file_name: Callable[[str], str] | None = None,
 ) -> list[dict[str, Any]]:
     """ReMe's ``ToolResultCompactor``: cut every tool result to the limit its position gives it.
 
     Messages in the trailing run of tool-result messages, or among the last ``recent_n``, get
     ``recent_max_bytes``; older ones get ``old_max_bytes``, except results of ``read_file`` calls
     whose ``raw_input`` mentions ".md", which always get ``recent_max_bytes``. A result first cut
-    has its full original saved to ``<tool_result_dir>/<uuid4 hex>.txt``. Returns new message dicts
+    has its full original saved to ``<tool_result_dir>/<uuid4 hex>.txt`` (or the name ``file_name``
+    gives its text: a replay wants names that do not change between runs). Returns new message dicts
     and never changes the caller's; unchanged values are shared with the input. It does not clean
     up old files: call :func:`cleanup_expired_files` afterwards, as ReMe does.
     """
@@ -391,7 +397,7 @@ def compact_tool_results(
                     if not output:
                         continue
                     block_limit = recent_max_bytes if block.get("id") in protected else limit
-                    new_output = _compact_output(output, block_limit, directory)
+                    new_output = _compact_output(output, block_limit, directory, file_name)
                     if new_output is not output:
                         if new_content is None:
                             new_content = list(content)

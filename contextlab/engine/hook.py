@@ -43,6 +43,7 @@ from contextlab.engine.messages import (
 )
 from contextlab.engine.policy import Policy, build_policy
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
+from contextlab.engine.prompts import language_of_summary, summary_language
 from contextlab.engine.split import SplitPreview
 from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, CopawEstimator, TiktokenCounter, TokenCounter
 from contextlab.engine.tool_results import (
@@ -54,7 +55,13 @@ from contextlab.engine.tool_results import (
     rebuild_parts,
 )
 from contextlab.engine.trace import Observer, StepRecord, TurnTrace
-from contextlab.engine.truncation import OffloadStore, count_lines, cut_text, reference_only
+from contextlab.engine.truncation import (
+    OffloadStore,
+    content_file_name,
+    count_lines,
+    cut_text,
+    reference_only,
+)
 from contextlab.engine.working_memory import LiveFileTracker
 
 
@@ -176,6 +183,8 @@ class ContextManager:
 
         self.messages: list[Message] = []
         self.summary: str | None = None
+        # The language of the first summary, kept for every later one (profile "auto").
+        self.summary_language: str | None = None
         self.summaries: list[SummaryVersion] = []
         self.turn = 0
         self.traces: list[TurnTrace] = []
@@ -341,6 +350,13 @@ class ContextManager:
         return Message.text("user", text, id=f"summary-v{self.summary_version}", name="summary",
                             metadata={"layer": "summary", "summary_version": self.summary_version})
 
+    def language_for_summary(self, messages: Sequence[Message]) -> str:
+        """The summary's language, fixed for the session once chosen (see ``summary_language``)."""
+        if self.summary_language is None and self.summary:
+            self.summary_language = language_of_summary(self.summary)
+        self.summary_language = summary_language(self.profile.summary_language, self.summary_language, messages)
+        return self.summary_language
+
     def archive_hint(self) -> str:
         files = sorted(self._archive_files)
         if not files:
@@ -461,7 +477,9 @@ class ContextManager:
         if not reference and raw_len <= limit + TRUNCATION_SLACK_BYTES:
             return block, None
         if previous is None:
-            saved = self.offload.save(original, name=uuid.uuid4().hex)
+            # Named after the block and its content, never at random: a replay
+            # run twice writes the same notices (and so the same token counts).
+            saved = self.offload.save(original, name=content_file_name(f"{key}\n{original}"))
             file_rel, sha = saved.relative, saved.sha256
             layout = layout_of(block)
         else:
@@ -647,8 +665,9 @@ class ContextManager:
         size = len(raw.encode("utf-8"))
         if size <= limit + TRUNCATION_SLACK_BYTES or (msg.metadata.get("offload_args") or {}).get(str(b_index)):
             return block, None
-        saved = self.offload.save(json.dumps({"input": block.input, "raw_input": block.raw_input},
-                                             ensure_ascii=False), name=uuid.uuid4().hex)
+        original = json.dumps({"input": block.input, "raw_input": block.raw_input}, ensure_ascii=False)
+        # Named after the call and its content, like cut results: replays stay deterministic.
+        saved = self.offload.save(original, name=content_file_name(f"{msg.id}#{b_index}#args\n{original}"))
         shortened = shorten_arguments(block.input, limit=limit, file=saved.relative)
         new_block = ToolUseBlock(id=block.id, name=block.name, input=shortened)
         kept = len(json.dumps(shortened, ensure_ascii=False).encode("utf-8"))
@@ -848,6 +867,7 @@ class ContextManager:
             "system_prompt": self.system_prompt,
             "turn": self.turn,
             "summary": self.summary,
+            "summary_language": self.summary_language,
             "summaries": [s.to_dict() for s in self.summaries],
             # Token counts travel with the messages, so restoring a session
             # does not re-encode its whole live context.
@@ -892,6 +912,7 @@ class ContextManager:
             manager.recovered_files = manager.archive.recover(committed_turn=int(state.get("turn", 0)))
         manager.turn = int(state.get("turn", 0))
         manager.summary = state.get("summary")
+        manager.summary_language = state.get("summary_language")
         manager.summaries = [SummaryVersion(**s) for s in state.get("summaries", [])]
         manager.archived_ids = list(state.get("archived_ids", []))
         manager.externalized = dict(state.get("externalized", {}))

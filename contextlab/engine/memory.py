@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contextlab.engine.ansi import without_ansi
 from contextlab.engine.messages import Message, ToolUseBlock
 from contextlab.engine.working_memory import (
     call_file_events,
@@ -211,6 +212,8 @@ def parse_notes(text: str) -> MemoryNotes | None:
 def extract_memory_notes(
     messages: Sequence[Message], *, summarizer: Callable[[str], str] | None = None
 ) -> MemoryNotes:
+    # Notes are read on pages and by the model: no terminal colour codes in them.
+    messages = without_ansi(messages)
     offline = MemoryNotes(preference_sentences(messages), try_error_lessons(messages))
     if summarizer is None:
         return offline

@@ -19,6 +19,10 @@ from contextlab.engine.errors import InvalidMessages
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+# Metadata key of a message an importer made up to repair a recorded session
+# (e.g. "no_result": the placeholder result of a call that never got one).
+# Summaries must not read such a message as something the agent did.
+REPAIR_KEY = "repair"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +145,11 @@ class Message:
     def is_user_turn(self) -> bool:
         """A message a person wrote (not a tool result carried in a user role)."""
         return self.role == "user" and not self.is_tool_result
+
+    @property
+    def is_repair(self) -> bool:
+        """Made up by an importer's repair pass, not recorded in the session."""
+        return bool(self.metadata.get(REPAIR_KEY))
 
     def plain_text(self) -> str:
         parts: list[str] = []

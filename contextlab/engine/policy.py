@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from contextlab.engine.errors import InvalidProfile
-from contextlab.engine.prompts import resolve_language, wrap_summary
+from contextlab.engine.prompts import wrap_summary
 from contextlab.engine.split import SplitPreview
 from contextlab.engine.trace import TurnTrace
 
@@ -46,7 +46,7 @@ class Policy:
 
     def summary_text(self, manager: ContextManager, summary: str) -> str:
         return wrap_summary(summary, archive_hint=manager.archive_hint(),
-                            language=resolve_language(manager.profile.summary_language, manager.messages[-20:]))
+                            language=manager.language_for_summary(manager.messages[-20:]))
 
 
 # Built-in policies by name -> "module:class", imported on first use.

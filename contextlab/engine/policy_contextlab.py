@@ -18,7 +18,6 @@ from contextlab.engine.errors import CompactorFailed
 from contextlab.engine.flaw_notes import note_estimator_flaws, note_split_flaws, note_truncation_flaws
 from contextlab.engine.messages import Message
 from contextlab.engine.policy import Policy
-from contextlab.engine.prompts import resolve_language
 from contextlab.engine.split import SplitPlan, SplitPreview, newest_user_index, plan_split
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
 from contextlab.engine.validity import check_summary
@@ -195,7 +194,7 @@ def summarise(
 ) -> tuple[str | None, SummaryResult | None, bool]:
     """Steps 03a/03b + LLM call + validity. Returns (summary or None, result, used_fallback)."""
     p = manager.profile
-    language = resolve_language(p.summary_language, to_compact)
+    language = manager.language_for_summary(to_compact)
     originals = [manager.original(m) for m in to_compact]
     request = SummaryRequest(messages=originals, previous_summary=manager.summary, language=language,
                              extra_instruction=instruction, cap_tokens=int(p.max_input_length * 0.6))

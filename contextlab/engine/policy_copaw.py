@@ -16,10 +16,9 @@ from contextlab.engine.copaw_shape import agentscope_output, as_agentscope, loca
 from contextlab.engine.errors import CompactorFailed
 from contextlab.engine.messages import Message, ToolResultBlock
 from contextlab.engine.policy import Policy
-from contextlab.engine.prompts import resolve_language
 from contextlab.engine.split import SplitPreview
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
-from contextlab.engine.truncation import MARKER
+from contextlab.engine.truncation import MARKER, content_file_name
 
 if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
@@ -90,8 +89,7 @@ def copaw_turn(manager: ContextManager, trace: TurnTrace) -> None:
 
 def copaw_compact(manager: ContextManager, trace: TurnTrace, to_compact: list[Message], *, instruction: str | None,
                    trigger: str) -> None:
-    language = "zh" if manager.profile.summary_language == "zh" else (
-        resolve_language(manager.profile.summary_language, to_compact))
+    language = manager.language_for_summary(to_compact)
     request = SummaryRequest(messages=list(to_compact), previous_summary=manager.summary, language=language,
                              extra_instruction=instruction,
                              cap_tokens=int(manager.profile.max_input_length * manager.profile.compact_ratio * 0.95))
@@ -153,7 +151,8 @@ def copaw_tool_results(manager: ContextManager, trace: TurnTrace, rec: StepRecor
     folder.mkdir(parents=True, exist_ok=True)
     before_files = set(folder.glob("*.txt"))
     new_dicts = copaw.compact_tool_results(dicts, recent_n=p.recent_n, old_max_bytes=p.old_max_bytes,
-                                           recent_max_bytes=p.recent_max_bytes, tool_result_dir=folder)
+                                           recent_max_bytes=p.recent_max_bytes, tool_result_dir=folder,
+                                           file_name=content_file_name)
     removed = copaw.cleanup_expired_files(folder, p.retention_days)
     new_files = sorted(set(folder.glob("*.txt")) - before_files)
     changed: list[dict[str, Any]] = []

@@ -365,6 +365,11 @@ def _offload_path(message: Message, block: ToolResultBlock, notice: str) -> str 
 
 
 def _format_tool_result(message: Message, block: ToolResultBlock, limit: int) -> str:
+    if message.is_repair:
+        # An importer's placeholder: reading it as an error would make the
+        # summary report a failure the agent never had.
+        return (f"tool_result {block.name or '?'}: (the recorded session holds no result for this call; "
+                "not a failure)")
     status = " [error]" if block.is_error else ""
     lines = [f"tool_result {block.name or '?'}{status}:"]
     if isinstance(block.output, str):
@@ -543,6 +548,31 @@ def resolve_language(language: str | None, messages: Sequence[Message]) -> str:
         if message.role in ("user", "assistant") and not message.is_tool_result:
             spoken.extend(b.text for b in message.content if isinstance(b, TextBlock))
     return "zh" if is_mostly_cjk("\n".join(spoken)) else "en"
+
+
+def summary_language(language: str | None, fixed: str | None, messages: Sequence[Message]) -> str:
+    """The language a session's summary is written in.
+
+    The profile's "en" or "zh" when it names one; for "auto", ``fixed`` (the
+    language the session's first summary was written in) once there is one,
+    and only before that a detection from ``messages``. Re-detecting at every
+    compaction would switch the headings when one span happens to be mostly
+    Chinese and the next mostly English, and every diff would then read
+    "everything removed, everything added".
+    """
+    if (language or "auto").strip().lower() == "auto" and fixed in LANGUAGES:
+        return fixed
+    return resolve_language(language, messages)
+
+
+def language_of_summary(text: str | None) -> str | None:
+    """The language of a summary we wrote, from its headings (None when it has none of ours)."""
+    for line in (text or "").splitlines():
+        if line.startswith("#"):
+            found = heading_language(line.lstrip("#").strip())
+            if found:
+                return found
+    return None
 
 
 # -- the summary as the agent sees it -------------------------------------------------------

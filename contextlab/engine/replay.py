@@ -21,10 +21,15 @@ from contextlab.engine.compactors.base import Compactor
 from contextlab.engine.convert.openai import to_openai
 from contextlab.engine.errors import ContextLabError
 from contextlab.engine.hook import ContextManager, TurnResult, replay_turns
-from contextlab.engine.importers import load_transcript
+from contextlab.engine.importers import Transcript, load_transcript
 from contextlab.engine.profile import Profile
 
-OUTPUT_NAMES = ("trace.jsonl", "final_context.json", "dialog", "tool_result", "summaries.json", "ledger.json")
+# Everything a replay may write into its folder: --overwrite removes all of it,
+# so no file of an earlier run (an externalized unit, a memory note) survives
+# into the next one and is mistaken for its output.
+OUTPUT_NAMES = ("trace.jsonl", "final_context.json", "dialog", "tool_result", "summaries.json", "ledger.json",
+                "fate.json", "externalized", "memory", "MEMORY.md", "backup", ".uncommitted.json")
+OUTPUT_PATTERNS = ("compact_invalid_*.json",)
 
 
 @dataclass
@@ -80,7 +85,11 @@ class Progress:
 
 
 def prepare_out_dir(out_dir: Path, *, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ContextLabError(f"{out_dir} is a file, not a folder; choose a folder for --out", field="out")
     existing = [name for name in OUTPUT_NAMES if (out_dir / name).exists()]
+    if out_dir.is_dir():
+        existing.extend(sorted(p.name for pattern in OUTPUT_PATTERNS for p in out_dir.glob(pattern)))
     if existing and not overwrite:
         raise ContextLabError(
             f"{out_dir} already holds a replay ({', '.join(existing)}); choose another --out or pass --overwrite",
@@ -108,7 +117,29 @@ def replay_transcript(
     profile = profile or Profile()
     source = load_transcript(transcript)
     out = Path(out_dir)
+    created = not out.exists()
     prepare_out_dir(out, overwrite=overwrite)
+    try:
+        return _replay(source, transcript, out, profile=profile, compactor=compactor, progress=progress,
+                       on_turn=on_turn)
+    except BaseException:
+        if created:
+            # The folder is ours alone: a failed run leaves nothing behind to be
+            # mistaken for a result.
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _replay(
+    source: Transcript,
+    transcript: str | Path,
+    out: Path,
+    *,
+    profile: Profile,
+    compactor: Compactor | None,
+    progress: TextIO | None,
+    on_turn: Callable[[TurnResult], None] | None,
+) -> ReplayReport:
     manager = ContextManager(
         profile,
         out,

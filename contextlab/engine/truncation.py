@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,8 +126,20 @@ class OffloadedFile:
     sha256: str
 
 
+def content_file_name(text: str) -> str:
+    """A file name for an offloaded output, derived from its content.
+
+    Shaped like a uuid4 hex (32 hex digits) but deterministic, so two identical
+    replays name the same files and their notices cost the same tokens.
+    """
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
 class OffloadStore:
-    """Full tool outputs under ``<workspace>/tool_result/<uuid>.txt``.
+    """Full tool outputs under ``<workspace>/tool_result/<name>.txt``.
+
+    ``name`` defaults to :func:`content_file_name`; the same text saved twice
+    is one file.
 
     Files are written atomically (temp file, then rename) so a crash never
     leaves a half-written original that a notice points to.
@@ -143,7 +154,7 @@ class OffloadStore:
     def save(self, text: str, *, name: str | None = None) -> OffloadedFile:
         self.folder.mkdir(parents=True, exist_ok=True)
         data = text.encode("utf-8")
-        file_name = f"{name or uuid.uuid4().hex}.txt"
+        file_name = f"{name or content_file_name(text)}.txt"
         target = self.folder / file_name
         if not target.exists():
             tmp = target.with_suffix(".tmp")

@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# CSI sequences (colours, cursor moves), OSC sequences (window titles,
-# hyperlinks) ended by BEL or ST, and the two-character escapes.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+from contextlab.engine.ansi import ANSI_ESCAPE as _ANSI
+
 # Control characters other than tab, newline and carriage return; shown as a
 # visible placeholder so a reader knows something was there.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

@@ -351,3 +351,32 @@ def test_it_always_passes_the_validity_check(messages, previous, language):
     text = _summarize(messages, previous=previous, language=language).text
     assert check_summary(text, language=language).valid
     assert text == _summarize(messages, previous=previous, language=language).text
+
+
+def test_it_never_reports_an_importers_placeholder_result_as_a_failure():
+    from contextlab.engine.importers._common import repair
+
+    handoff = _call(1, "h1", "handoff_to_planner", {"task_title": "market study"})
+    messages = repair([Message.text("user", "Study the market.", timestamp=_ts(0)), handoff,
+                       Message.text("assistant", "The plan is ready.", timestamp=_ts(2))], [])
+    assert messages[2].is_repair  # the placeholder the repair pass added
+
+    text = _summarize(messages).text
+    progress = split_sections(split_sections(text)["## Progress"], level=3)
+
+    assert "no result was recorded" not in text
+    assert "failed" not in text and "Fix:" not in text and "Get the result" not in text
+    assert progress["### Blocked"].strip() == "- (none)"
+    assert "- handoff_to_planner `market study` (no result recorded)" in progress["### Done"]
+
+
+def test_it_tells_an_llm_compactor_that_a_placeholder_is_no_failure():
+    from contextlab.engine.importers._common import repair
+    from contextlab.engine.prompts import format_message
+
+    messages = repair([Message.text("user", "Go.", timestamp=_ts(0)), _call(1, "h1", "handoff", {})], [])
+
+    shown = format_message(messages[-1])
+
+    assert "[error]" not in shown and "no result was recorded" not in shown
+    assert "not a failure" in shown

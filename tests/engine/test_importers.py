@@ -445,3 +445,44 @@ def test_it_imports_contextlabs_own_message_form_exactly(tmp_path) -> None:
     again = load_transcript(path)
     assert [m.id for m in again.messages] == [m.id for m in source.messages]
     assert [m.to_dict()["content"] for m in again.messages] == [m.to_dict()["content"] for m in source.messages]
+
+
+def test_it_keeps_a_deerflow_interrupt_as_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "stream.txt"
+    events = [
+        ("message_chunk", {"id": "run-1", "agent": "planner", "role": "assistant", "content": "Plan: three steps"}),
+        ("interrupt", {"thread_id": "t", "id": "human_feedback:1", "role": "assistant",
+                       "content": "Please Review the Plan.", "finish_reason": "interrupt",
+                       "options": [{"text": "Edit plan", "value": "edit_plan"}]}),
+        ("progress_note", {"id": "note-1", "content": "Research started"}),
+        ("heartbeat", {"id": "hb"}),
+    ]
+    path.write_text("".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events),
+                    encoding="utf-8")
+
+    transcript = load_transcript(path)
+
+    texts = [m.plain_text() for m in transcript.messages]
+    assert texts == ["Plan: three steps", "Please Review the Plan.", "Research started"]
+    interrupt = transcript.messages[1]
+    assert interrupt.role == "assistant" and interrupt.metadata["sse_event"] == "interrupt"
+    assert interrupt.metadata["options"][0]["value"] == "edit_plan"
+    assert any("'progress_note'" in w and "kept" in w for w in transcript.warnings)
+    assert transcript.metadata["skipped_records"] == {"heartbeat": 1}
+
+
+def test_it_marks_the_placeholder_result_as_a_repair() -> None:
+    transcript = load("deer-flow/v1-replay/china-food-delivery.txt")
+
+    repairs = [m for m in transcript.messages if m.is_repair]
+
+    assert [m.tool_results[0].output for m in repairs] == [NO_RESULT_TEXT]
+    assert not any(m.is_repair for m in load("tau-bench/gpt-4o-airline.idx52.task2.trial1.json").messages)
+
+
+@pytest.mark.parametrize("text", ["[]", "{}", " [ ] \n"])
+def test_it_says_an_empty_document_holds_no_messages(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "empty.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(MalformedInput, match="no messages"):
+        load_transcript(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from contextlab.engine.ansi import strip_ansi, without_ansi
 from contextlab.engine.errors import CompactorFailed
 from contextlab.engine.messages import Message
 
@@ -25,6 +26,10 @@ class SummaryRequest:
     ``language`` is "en", "zh" or "auto". ``extra_instruction`` comes from a
     manual ``/compact <instruction>``. ``cap_tokens`` bounds the transcript the
     summariser reads (the oldest user ask and the newest messages are kept).
+
+    Terminal escape codes are removed from the messages here, the one door
+    every compactor's input passes: no summary (extractive or LLM) copies
+    ``\x1b[2m`` into a page. The caller's messages, and so the archive, keep them.
     """
 
     messages: list[Message]
@@ -32,6 +37,11 @@ class SummaryRequest:
     language: str
     extra_instruction: str | None = None
     cap_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", without_ansi(self.messages))
+        if self.previous_summary:
+            object.__setattr__(self, "previous_summary", strip_ansi(self.previous_summary))
 
 
 @dataclass(frozen=True, slots=True)

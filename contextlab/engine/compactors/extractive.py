@@ -71,6 +71,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "working_on": "Working on: ",
         "resolved": "(resolved) ",
         "pending": " (waiting for its result)",
+        "unrecorded": " (no result recorded)",
         "failed": " failed: ",
         "fix": "Fix: ",
         "collect": "Get the result of ",
@@ -89,6 +90,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "working_on": "正在处理：",
         "resolved": "（已解决）",
         "pending": "（等待结果）",
+        "unrecorded": "（未记录结果）",
         "failed": " 失败：",
         "fix": "解决：",
         "collect": "获取结果：",
@@ -271,8 +273,10 @@ class _Call:
     tool: str
     arg: str | None
     is_command: bool
-    ok: bool | None  # None: no result yet
+    ok: bool | None  # None: no result yet (or none was ever recorded)
     error: str | None = None
+    # The result is an importer's placeholder: the source never recorded one.
+    unrecorded: bool = False
 
 
 @dataclass(slots=True)
@@ -366,9 +370,12 @@ def _identifiers(text: str) -> list[tuple[str, str]]:
 def _collect(messages: Sequence[Message]) -> _Facts:
     facts = _Facts()
     results: dict[str, ToolResultBlock] = {}
+    unrecorded: set[str] = set()
     for message in messages:
         for block in message.tool_results:
             results[block.id] = block
+            if message.is_repair:
+                unrecorded.add(block.id)
 
     # Results are matched to calls by id, wherever they sit, so a call whose
     # result is outside this slice shows as pending instead of failing.
@@ -400,7 +407,10 @@ def _collect(messages: Sequence[Message]) -> _Facts:
                 is_command = kind == "command"
                 result = results.get(use.id)
                 call = _Call(use.name, arg, is_command, None)
-                if result is not None:
+                if use.id in unrecorded:
+                    # Neither a failure nor a pending call: the recording simply has no result.
+                    call.unrecorded = True
+                elif result is not None:
                     output = _result_text(result)
                     failed = result.is_error or (is_command and _looks_failed(output))
                     call.ok = not failed
@@ -605,7 +615,9 @@ class ExtractiveCompactor:
         pending: list[_Call] = []
         new_blocked: list[_Call] = []
         for index, call in enumerate(facts.calls):
-            if call.ok:
+            if call.unrecorded:
+                done.add_item(_call_item(call) + labels["unrecorded"])
+            elif call.ok:
                 done.add_call(call.tool, [call.arg] if call.arg else [])
             elif call.ok is None:
                 pending.append(call)

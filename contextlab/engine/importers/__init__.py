@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+from contextlab.engine.errors import MalformedInput
 from contextlab.engine.importers import (
     claude_code,
     contextlab_messages,
@@ -52,7 +53,12 @@ _IMPORTERS: tuple[ModuleType, ...] = (
     contextlab_messages,
     message_list,
 )
+
+
 def _importer_for(source: Source) -> tuple[ModuleType, str]:
+    if source.kind == "json" and source.value in ([], {}):
+        # Valid JSON of no particular shape: say what is wrong, not "unknown format".
+        raise MalformedInput("the file holds no messages (an empty JSON document)", field="file")
     for module in _IMPORTERS:
         fmt = module.matches(source)
         if fmt:

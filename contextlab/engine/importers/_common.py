@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from contextlab.engine.errors import MalformedInput, UnknownFormat
 from contextlab.engine.messages import (
+    REPAIR_KEY,
     Block,
     Message,
     Role,
@@ -449,6 +450,8 @@ def repair(messages: list[Message], warnings: list[str]) -> list[Message]:
                         "source_index": msg.metadata.get("source_index"),
                         "source_format": msg.metadata.get("source_format"),
                         "synthetic": True,
+                        # Summaries must not read the placeholder as the agent's own failure.
+                        REPAIR_KEY: "no_result",
                     },
                 )
             )

@@ -3,7 +3,9 @@
 ``message_chunk`` events carry text fragments, concatenated per message ``id``;
 ``tool_calls`` / ``tool_call_chunks`` events carry call fragments (``id`` and
 ``name`` on the first chunk of an ``index``, then ``args`` pieces);
-``tool_call_result`` is one whole result. ``agent`` names the sub-agent
+``tool_call_result`` is one whole result. ``interrupt`` (the planner asking a
+person to review its plan) and any other event with text in ``content`` become
+a message of their own, so no text of the stream is lost. ``agent`` names the sub-agent
 (coordinator, planner, researcher, reporter) and is kept as the message name
 and in metadata. Each sub-agent had its own context in reality, so the stream
 is a merged view of them; a message's ``source_index`` is its first event.
@@ -93,6 +95,12 @@ def load(source: Source) -> Transcript:
         if event.event == "tool_call_result":
             items.append(event)
             continue
+        if event.event not in _MESSAGE_EVENTS and _event_text(data):
+            items.append(event)
+            if event.event not in _KNOWN_EVENTS:
+                warnings.append(f"event {event.index}: unknown event type {event.event!r}; kept its text "
+                                "as a message")
+            continue
         if event.event not in _MESSAGE_EVENTS:
             skipped[event.event] += 1
             if event.event not in _KNOWN_EVENTS:
@@ -136,6 +144,8 @@ def load(source: Source) -> Transcript:
     for item in items:
         if isinstance(item, _Streamed):
             messages.append(_message(item, timeline, call_names))
+        elif item.event != "tool_call_result":
+            messages.append(_event_message(item, timeline))
         else:
             messages.append(_result(item, timeline, call_names))
     metadata: dict[str, Any] = {"skipped_records": dict(skipped)} if skipped else {}
@@ -167,6 +177,32 @@ def _message(stream: _Streamed, timeline: Timeline, call_names: dict[str, str]) 
         agent=stream.agent,
         finish_reason=stream.finish_reason,
         event_count=stream.events,
+    )
+
+
+def _event_text(data: dict[str, Any]) -> str:
+    content = data.get("content")
+    return content if isinstance(content, str) and content.strip() else ""
+
+
+def _event_message(event: SseEvent, timeline: Timeline) -> Message:
+    """A whole message carried by one event (``interrupt``: the plan review prompt)."""
+    data: dict[str, Any] = event.data
+    agent = data.get("agent") if isinstance(data.get("agent"), str) else None
+    role: Role = "user" if data.get("role") == "user" else "assistant"
+    options = data.get("options")
+    return make_message(
+        role,
+        [TextBlock(_event_text(data))],
+        msg_id=str(data.get("id") or f"{FORMAT}-{event.index}"),
+        fmt=FORMAT,
+        index=event.index,
+        timestamp=timeline.stamp(None),
+        name=agent,
+        agent=agent,
+        sse_event=event.event,
+        finish_reason=data.get("finish_reason") if isinstance(data.get("finish_reason"), str) else None,
+        options=options if isinstance(options, list) else None,
     )
 
 
