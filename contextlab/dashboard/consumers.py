@@ -62,6 +62,9 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self._key: object = None
         self._task: asyncio.Task[None] | None = None
         self._last_push = 0.0
+        # The live fragments the page shows (None until it says): a pinned turn
+        # or another page of a list has no live target, so it is never pushed.
+        self._shown: frozenset[str] | None = None
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
@@ -91,8 +94,13 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         kind = message.get("type")
         if kind == "ping":
             await self.channel_layer.group_add(self.group, self.channel_name)
+        elif kind == "view":
+            shown = message.get("fragments")
+            if isinstance(shown, list):
+                self._shown = frozenset(str(name) for name in shown) & frozenset(fragments.FRAGMENTS)
         elif kind == "catch_up":
-            html = await self._fetch_catch_up(_int(message.get("after")), _int(message.get("messages")))
+            html = await self._fetch_catch_up(_int(message.get("after")), _int(message.get("messages")),
+                                              self._shown)
             if html:
                 await self.send(text_data=html)
 
@@ -106,6 +114,9 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         run = event.get("run") or {}
         # A finished run also changed the session (its turn, or the import).
         self._mark("turn" if run.get("status") in ("done", "failed") else "run", event)
+
+    async def profile_update(self, event: dict[str, Any]) -> None:
+        self._mark("profile", event)
 
     def _mark(self, kind: str, event: dict[str, Any]) -> None:
         self._stale.update(fragments.KINDS.get(kind, ()))
@@ -122,6 +133,8 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             if wait > 0:
                 await asyncio.sleep(wait)
             names, self._stale = frozenset(self._stale), set()
+            if self._shown is not None:
+                names &= self._shown
             event, self._event = self._event, None
             for group in (names & FIRST, names - FIRST):
                 if not group:
@@ -150,7 +163,7 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         return fragments.push_html(self.session_id, names, key=None if event else key, event=event)
 
     @_db
-    def _fetch_catch_up(self, after: int, messages: int) -> str | None:
+    def _fetch_catch_up(self, after: int, messages: int, shown: frozenset[str] | None) -> str | None:
         session = AgentSession.objects.filter(pk=self.session_id).values("turns_count", "messages_count").first()
         if session is None:
             return None
@@ -161,6 +174,8 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             names |= set(fragments.KINDS["all"])
         elif session["messages_count"] != messages:
             names |= set(fragments.KINDS["messages"])
+        if shown is not None:
+            names &= shown
         return fragments.push_html(self.session_id, names)
 
 

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
-from contextlab.engine.profile import BOUNDS
+from contextlab.engine.profile import BOUNDS, Bound
 from contextlab.sessions.models import LIST_KNOBS, PROFILE_KNOBS, AgentProfile
 
 
@@ -71,6 +71,32 @@ def _formfield(field: models.Field[Any, Any], **kwargs: Any) -> forms.Field | No
     return field.formfield(**kwargs)
 
 
+def apply_bounds(name: str, field: forms.Field) -> None:
+    """The engine's bounds on a number input: min, max, step and the help text.
+
+    Django's FloatField is a subclass of its IntegerField, so the kind of number
+    is read from the field's class, never from ``isinstance(…, IntegerField)``
+    alone (that turned 0.1-0.95 into ``min=0 max=0 step=1``).
+    """
+    bound = BOUNDS.get(name)
+    if bound is None or not isinstance(field.widget, forms.NumberInput):
+        return
+    integer = isinstance(field, forms.IntegerField) and not isinstance(field, forms.FloatField | forms.DecimalField)
+    field.widget.attrs.update({
+        "min": int(bound.low) if integer else bound.low,
+        "max": int(bound.high) if integer else bound.high,
+        # Any value in bounds is valid for the engine, so the browser must not
+        # reject 0.333; the arrows of a ratio still move by a hundredth.
+        "step": 1 if integer else "any",
+        "data-step": 1 if integer else _arrow_step(bound),
+    })
+    field.help_text = f"{bound.help} ({_fmt(bound.low)} to {_fmt(bound.high)})"
+
+
+def _arrow_step(bound: Bound) -> float:
+    return 0.01 if bound.high <= 1 else 0.1
+
+
 class ProfileForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = AgentProfile
@@ -81,15 +107,7 @@ class ProfileForm(forms.ModelForm):  # type: ignore[type-arg]
         super().__init__(*args, **kwargs)
         self.owner = owner
         for name, field in self.fields.items():
-            bound = BOUNDS.get(name)
-            if bound is not None and isinstance(field.widget, forms.NumberInput):
-                integer = isinstance(field, forms.IntegerField)
-                field.widget.attrs.update({
-                    "min": int(bound.low) if integer else bound.low,
-                    "max": int(bound.high) if integer else bound.high,
-                    "step": 1 if integer else "any",
-                })
-                field.help_text = f"{bound.help} ({_fmt(bound.low)} to {_fmt(bound.high)})"
+            apply_bounds(name, field)
             if name in LIST_KNOBS:
                 self.fields[name] = ToolNamesField(required=False, help_text=field.help_text,
                                                    label=field.label)

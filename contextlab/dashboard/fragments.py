@@ -28,10 +28,12 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from contextlab.engine.errors import ContextLabError
 from contextlab.engine.messages import Message
 from contextlab.engine.tokens import TiktokenCounter
 from contextlab.lib import payload_diff, summary_diff, textsafe
 from contextlab.lib.flow import build_flow
+from contextlab.sessions import services
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
     AgentSession,
@@ -51,12 +53,15 @@ CHART_TURNS = 2_000
 WORD_DIFF_LIMIT = 20_000
 
 FRAGMENTS: tuple[str, ...] = ("stats", "gauge", "chart", "turns", "flow", "llm", "fate", "ledger", "summary",
-                              "compaction")
+                              "compaction", "profile")
 # Which fragments each kind of change makes stale.
 KINDS: dict[str, tuple[str, ...]] = {
-    "messages": ("stats", "gauge", "fate", "ledger"),
+    # New messages can make a manual compaction possible (or keep it pointless).
+    "messages": ("stats", "gauge", "fate", "ledger", "compaction"),
     "turn": FRAGMENTS,
     "run": ("stats", "compaction"),
+    # A saved profile moves the threshold, the reserve and what can be compacted.
+    "profile": ("profile", "gauge", "compaction"),
     "all": FRAGMENTS,
 }
 ACTIVE_RUN = (CompactionRun.Status.QUEUED, CompactionRun.Status.RUNNING)
@@ -261,7 +266,21 @@ def llm_context(session: AgentSession, turn: Turn | None, *, page: str | int | N
         "llm_layers": [{"key": key, "label": payload_diff.LAYER_LABELS[key], "tokens": layers.get(key, 0),
                         "percent": round(100 * layers.get(key, 0) / total, 2)} for key in payload_diff.LAYERS],
         "llm_message_count": len(turn.payload or []),
+        **usage_context(turn),
     }
+
+
+def usage_context(turn: Turn) -> dict[str, Any]:
+    """What the provider reported for the call made with ``turn``'s payload, against our count."""
+    reported = services.reported_prompt_tokens(turn.usage)
+    if reported is None:
+        return {"usage": None}
+    counted = turn.payload_tokens
+    other = {key: value for key, value in (turn.usage or {}).items()
+             if isinstance(value, int | float) and key not in ("prompt_tokens", "input_tokens")}
+    return {"usage": {"reported": reported, "counted": counted, "delta": reported - counted,
+                      "delta_percent": round(100 * (reported - counted) / counted, 1) if counted else None,
+                      "other": sorted(other.items())}}
 
 
 # -- message fate ---------------------------------------------------------------------------
@@ -369,10 +388,29 @@ def compaction_context(session: AgentSession, *, event: Mapping[str, Any] | None
     progress: dict[str, Any] = {}
     if event and runs and event.get("run_id") == (active or runs[0]).pk:
         progress = {k: event[k] for k in ("steps", "done", "total") if k in event}
-    return {
-        "runs": runs, "active_run": active, "run_progress": progress,
-        "can_compact": active is None and session.status == AgentSession.Status.ACTIVE and session.live_count > 0,
-    }
+    blocker = None if active else compaction_blocker(session)
+    return {"runs": runs, "active_run": active, "run_progress": progress,
+            "can_compact": active is None and blocker is None, "compact_blocker": blocker}
+
+
+def compaction_blocker(session: AgentSession) -> str | None:
+    """Why a manual compaction would do nothing now, or None when it would compact something."""
+    if session.status == AgentSession.Status.IMPORTING:
+        return "the session is still being imported; try again when it is done"
+    if session.status != AgentSession.Status.ACTIVE:
+        return f"the session is {session.status}"
+    if session.live_count <= 0:
+        return "no live message to compact"
+    # The engine's own split, so the button agrees with what pressing it would do.
+    try:
+        preview = services.compaction_preview(session=session)
+    except ContextLabError as exc:
+        return exc.message
+    if not preview["compact_ids"]:
+        return (f"nothing to compact: the {len(preview['keep_ids'])} live message"
+                f"{'s' if len(preview['keep_ids']) != 1 else ''} fit in the kept tail"
+                f" ({preview['kept_tokens']:,} tokens)")
+    return None
 
 
 # -- the whole page, and pushes ----------------------------------------------------------------

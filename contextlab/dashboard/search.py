@@ -10,6 +10,7 @@ say it) and archived at file:line.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +42,12 @@ def snippet(text: str, needle: str) -> Snippet | None:
 
 
 def _flat(text: str) -> str:
-    """One line of context: runs of whitespace become one space."""
-    return " ".join(text.split())
+    """One line of context: runs of whitespace become one space.
+
+    A space at either end stays: it is what separates the context from the
+    match ("a .dialyzerignore file", not "a.dialyzerignorefile").
+    """
+    return re.sub(r"\s+", " ", text)
 
 
 @dataclass
@@ -177,8 +182,11 @@ def _history(message: SessionMessage, in_current: bool, files: list[OffloadedFil
     turn = message.truncated_turn
     if cut:
         stage = message.truncated_stage or cut[-1].stage
+        first_turn = int(ingested.get("before_turn") or 1) if ingested else 1
         if stage == 1 or not turn:
             events.append({"kind": "present", "text": "never in the live text: cut when the result arrived"})
+        elif turn - 1 < first_turn:
+            events.append({"kind": "present", "text": f"never sent uncut: cut in turn {turn}, its first"})
         else:
             events.append({"kind": "present", "text": f"in the live text until turn {turn - 1}"})
         where = f" in turn {turn}" if turn and stage == 2 else (f" before turn {turn}" if turn else "")
@@ -188,8 +196,12 @@ def _history(message: SessionMessage, in_current: bool, files: list[OffloadedFil
     if message.compacted_turn is not None:
         version = message.summary_version
         if not cut:
-            events.append({"kind": "present", "text": f"present until turn {message.compacted_turn - 1}"
-                           if message.compacted_turn > 1 else "never sent before its compaction"})
+            # A message that entered before turn N and was compacted in turn N
+            # was never sent as itself: "present until turn N-1" would be false.
+            first_turn = int(ingested.get("before_turn") or 1) if ingested else 1
+            last_turn = message.compacted_turn - 1
+            events.append({"kind": "present", "text": f"present from turn {first_turn} until turn {last_turn}"
+                           if last_turn >= first_turn else "never sent before its compaction"})
         said = contains.get(version or -1)
         events.append({"kind": "compacted" if said else "lost",
                        "text": f"compacted in turn {message.compacted_turn} into summary v{version}, which "

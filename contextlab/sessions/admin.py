@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from contextlab.dashboard.forms import apply_bounds
 from contextlab.sessions import services
 from contextlab.sessions.models import (
     AgentProfile,
@@ -29,13 +33,29 @@ class AgentProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # Django 6 makes https the default scheme of a URL typed without one; say so now.
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
+    def formfield_for_dbfield(self, db_field: models.Field[Any, Any], request: HttpRequest,
+                              **kwargs: Any) -> forms.Field | None:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if field is not None:
+            apply_bounds(db_field.name, field)
+        return field
+
+    # A form re-shown with invalid values carries them on ``obj``: the engine
+    # refuses to build a profile from them, so these read the raw numbers.
     @admin.display(description="threshold (tokens)")
     def derived_threshold(self, obj: AgentProfile) -> str:
-        return f"{obj.threshold:,}" if obj.pk else "-"
+        return _derived(obj, "compact_ratio") if obj.pk else "-"
 
     @admin.display(description="reserve (tokens)")
     def derived_reserve(self, obj: AgentProfile) -> str:
-        return f"{obj.reserve:,}" if obj.pk else "-"
+        return _derived(obj, "reserve_ratio") if obj.pk else "-"
+
+
+def _derived(obj: AgentProfile, ratio: str) -> str:
+    try:
+        return f"{int(int(obj.max_input_length) * float(getattr(obj, ratio))):,}"
+    except (TypeError, ValueError):
+        return "-"
 
 
 @admin.register(AgentSession)

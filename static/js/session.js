@@ -28,9 +28,26 @@
     };
   }
 
+  // The live fragments this page shows: the server pushes only those, so a
+  // pinned turn or another page of a list is never a missing swap target.
+  function shown() {
+    var names = [];
+    document.querySelectorAll("[data-live-fragment]").forEach(function (el) { names.push(el.dataset.liveFragment); });
+    return names.sort().join(",");
+  }
+  var told = null;
+
+  function tellView(force) {
+    var now = shown();
+    if (!socket || (!force && now === told)) return;
+    told = now;
+    socket.send(JSON.stringify({ type: "view", fragments: now ? now.split(",") : [] }));
+  }
+
   document.body.addEventListener("htmx:wsOpen", function (event) {
     socket = event.detail.socketWrapper;
     setState("live", "live");
+    tellView(true);
     socket.send(JSON.stringify(cursor()));
   });
   document.body.addEventListener("htmx:wsClose", function (event) {
@@ -46,6 +63,7 @@
 
   var plot = null;
   var drawn = null;
+  var TURN_STEPS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000];
 
   function chartData() {
     var el = document.getElementById("chart-data");
@@ -124,7 +142,10 @@
       legend: { show: false },
       cursor: { drag: { x: true, y: false } },
       axes: [
-        { label: "turn", values: fmt },
+        // Turns are whole numbers: ticks only at integer steps, however narrow the chart.
+        { label: "turn", incrs: TURN_STEPS, values: function (u, values) {
+          return values.map(function (v) { return v == null || v % 1 ? "" : v.toLocaleString(); });
+        } },
         { label: "tokens", size: 64, values: fmt }
       ],
       series: [
@@ -140,6 +161,7 @@
     }, series, box);
     // Read by the draw hook, which first runs after this (uPlot commits later).
     plot._contextlab = data;
+    box._plot = plot;  // for the browser tests, which read the axis ticks
     readout(null);
   }
 
@@ -155,7 +177,42 @@
     });
   }
 
-  function refresh() { draw(); markSelected(); }
+  /* -- tabs: one panel at a time; the address says which -------------------------------- */
+
+  function selectTab(name) {
+    var panels = document.querySelectorAll(".tab-panel");
+    if (!panels.length) return;
+    var found = false;
+    panels.forEach(function (p) { if (p.dataset.tab === name) found = true; });
+    if (!found) name = panels[0].dataset.tab;
+    panels.forEach(function (p) { p.hidden = p.dataset.tab !== name; });
+    document.querySelectorAll(".tabs [data-tab]").forEach(function (a) {
+      a.setAttribute("aria-selected", a.dataset.tab === name ? "true" : "false");
+    });
+    // The chart or a list may have been laid out while hidden.
+    if (plot) plot.setSize(size());
+  }
+
+  // A link to a card inside a panel (#ledger-card, #compaction-card) opens that panel.
+  function tabOfHash() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    if (!id) return null;
+    var el = document.getElementById(id);
+    var panel = el && el.closest(".tab-panel");
+    return panel ? panel.dataset.tab : null;
+  }
+
+  document.querySelectorAll(".tabs [data-tab]").forEach(function (a) {
+    a.addEventListener("click", function (event) {
+      event.preventDefault();
+      selectTab(a.dataset.tab);
+      history.replaceState(null, "", "#tab-" + a.dataset.tab);
+    });
+  });
+  window.addEventListener("hashchange", function () { var t = tabOfHash(); if (t) selectTab(t); });
+  selectTab(tabOfHash() || "flow");
+
+  function refresh() { draw(); markSelected(); tellView(false); }
   document.body.addEventListener("htmx:afterSettle", refresh);
   document.body.addEventListener("htmx:wsAfterMessage", refresh);
   refresh();

@@ -89,6 +89,7 @@ class LiveSessionTests(BrowserTestCase):
         turns_before = Turn.objects.filter(session=session).count()
         self.open_live(session.get_absolute_url())
         page = self.page
+        page.click('.tabs [data-tab="compaction"]')
         page.fill("#compaction-instruction", "keep every log path")
         page.click("text=Preview the split")
         page.wait_for_selector("#compaction-preview .split")
@@ -99,7 +100,9 @@ class LiveSessionTests(BrowserTestCase):
         assert run.turn_number == turns_before + 1
         panel = page.text_content("#compaction")
         assert f"turn {run.turn_number}" in panel and run.outcome in panel
-        assert page.is_enabled("#compact-button")
+        # Everything before the newest request is summarised: nothing is left to compact, and it says so.
+        assert page.is_disabled("#compact-button")
+        assert "nothing to compact" in page.text_content("#compact-blocker")
         # The result streams into the rest of the page too: the new turn and its flow.
         page.wait_for_function(f"document.querySelector('#flow-live').dataset.turn === '{run.turn_number}'",
                                timeout=10_000)
@@ -117,8 +120,10 @@ class LiveSessionTests(BrowserTestCase):
             {"role": "assistant", "content": "", "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": evil}]})
+        page.click('.tabs [data-tab="messages"]')
         page.wait_for_selector("#fate-live tr[data-seq='3']")
         self.api("POST", f"sessions/{session.pk}/prepare")
+        page.click('.tabs [data-tab="llm"]')
         page.wait_for_selector("#llm-live [data-layer='tool_results']")
         assert "<script>window.__pwned = true</script>" in page.text_content("#llm-live [data-layer='tool_results']")
         assert page.evaluate("window.__pwned") is None

@@ -67,9 +67,14 @@ def compaction_start(request: AuthenticatedHttpRequest, session_id: UUID) -> Htt
     session = session_for_user(request, session_id)
     instruction = request.POST.get("instruction", "").strip() or None
     status = 202
-    error = None
+    error = fragments.compaction_blocker(session)
+    if error is not None:
+        # Refused before a run exists: an empty manual turn would only say
+        # "over the threshold" about a compaction that compacted nothing.
+        status = 409
     try:
-        services.compaction_start(session=session, instruction=instruction, requested_by=request.user)
+        if error is None:
+            services.compaction_start(session=session, instruction=instruction, requested_by=request.user)
     except services.RunInProgress as exc:
         status, error = 409, exc.message
     except services.SessionUnavailable as exc:

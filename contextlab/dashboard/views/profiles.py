@@ -6,11 +6,13 @@ import contextlib
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.db.models import Count
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from contextlab.dashboard.announce import profile_announce
 from contextlab.dashboard.forms import ProfileForm, derived_numbers
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest
 from contextlab.engine.errors import InvalidProfile
@@ -46,7 +48,10 @@ def _edit(request: AuthenticatedHttpRequest, profile: AgentProfile | None) -> Ht
     if request.method == "POST":
         form = ProfileForm(request.POST, instance=profile, owner=request.user)
         if form.is_valid():
-            form.save()
+            saved = form.save()
+            if profile is not None:
+                # Open session pages show the new threshold without a reload.
+                transaction.on_commit(lambda: profile_announce(saved))
             return redirect("cl-profiles")
     else:
         form = ProfileForm(instance=profile, owner=request.user)
