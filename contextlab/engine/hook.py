@@ -831,6 +831,29 @@ class ContextManager:
         return self.offload.cleanup_expired(retention_days=self.profile.retention_days,
                                             referenced=self.referenced_files(), now=now)
 
+    def retract_newest_reply(self) -> Message | None:
+        """Take back the newest message when it is an assistant reply appended since the last turn.
+
+        For a reply its client never received (it timed out, or asks for the
+        answer again): the next reply replaces it. Only a message no turn has
+        seen can go, so every recorded payload stays what it was. None when the
+        newest message is not such a reply.
+        """
+        if not self.messages:
+            return None
+        msg = self.messages[-1]
+        if msg.role != "assistant" or msg.id not in self._added:
+            return None
+        self.messages.pop()
+        self._remove_live(msg)
+        self._added.remove(msg.id)
+        self._ids.discard(msg.id)
+        self.fate.pop(msg.id, None)
+        for use in msg.tool_uses:
+            self._calls.pop(use.id, None)
+            self._pending_calls.pop(use.id, None)
+        return msg
+
     def call_names(self) -> dict[str, str]:
         """Tool name by call id, for every call seen so far (converters pair later results with them)."""
         return {call_id: call.name for call_id, call in self._calls.items()}

@@ -113,6 +113,12 @@ def continues(stored: Sequence[str], incoming: Sequence[str]) -> bool:
     return len(stored) <= len(incoming) and common_prefix(stored, incoming) == len(stored)
 
 
+def repeats(stored: Sequence[str], incoming: Sequence[str]) -> bool:
+    """True when the incoming history is everything ingested but the last reply: the client
+    sends the request that reply answered once more (it timed out first, or regenerates)."""
+    return len(stored) == len(incoming) + 1 and common_prefix(stored, incoming) == len(incoming)
+
+
 def reply_message(message: Any) -> dict[str, Any]:
     """The assistant reply of a completion, as it goes into the session.
 

@@ -110,6 +110,9 @@ class GatewaySession(models.Model):
     key = models.CharField(max_length=300)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     history = models.JSONField(default=list, blank=True)
+    # When the call whose reply ends ``history`` was prepared: of two attempts of one
+    # request (a client retried before the first was answered), the later one's reply stands.
+    reply_prepared = models.DateTimeField(null=True, blank=True)
     forked_from = models.ForeignKey(AgentSession, models.SET_NULL, null=True, blank=True, related_name="+")
     created = models.DateTimeField(default=now)
     updated = models.DateTimeField(default=now)

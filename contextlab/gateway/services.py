@@ -27,6 +27,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -173,6 +174,9 @@ class Exchange:
     forked_from: AgentSession | None = None
     digests: list[str] = field(default_factory=list)
     rest: list[Any] = field(default_factory=list)
+    # The session's ingested history when the call was prepared (a repeat's ends with the reply it replaces).
+    history_length: int = 0
+    prepared: datetime = field(default_factory=now)
 
     @property
     def strips_usage(self) -> bool:
@@ -214,9 +218,20 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
                 owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
             exchange.session = session
             stage = "hook"
-            exchange.matched = len(gateway.history) if gateway is not None else 0
+            repeat = None
+            if gateway is not None and exchange.identity == "repeated":
+                repeat = sessions.session_repeat_pending(session=session)
+                if repeat is None:
+                    # What the request leaves out is not a reply the gateway recorded: a fork after all.
+                    exchange.identity, exchange.forked_from, gateway = "forked", session, None
+                    session = sessions.session_new(owner=owner, system_prompt=system, profile=profile,
+                                                   title=_title(kind, key, rest))
+                    exchange.session = session
+            exchange.history_length = len(gateway.history) if gateway is not None else 0
+            exchange.matched = min(exchange.history_length, len(digests))
             new = rest[exchange.matched:]
-            pending = sessions.session_advance_pending(session=session, messages=new, system_prompt=system)
+            pending = repeat or sessions.session_advance_pending(session=session, messages=new,
+                                                                 system_prompt=system)
             exchange.pending = pending
             if pending.committed:
                 # The hook compacted and its turn is written now: the ingested
@@ -328,6 +343,12 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
         # Another call may have moved the session on while this one looked.
         if history.continues(locked.history, digests):
             return locked, "continued", None
+    for candidate in candidates:
+        if history.repeats(candidate.history, digests):
+            locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
+                      .defer("session__engine_state").get(pk=candidate.pk))
+            if history.repeats(locked.history, digests):
+                return locked, "repeated", None
     if candidates:
         return None, "forked", candidates[0].session
     return None, "new", None
@@ -338,11 +359,13 @@ def _history_save(exchange: Exchange, gateway: GatewaySession | None, digests: l
     assert exchange.session is not None
     if gateway is None:
         GatewaySession.objects.create(session=exchange.session, owner=exchange.owner, key=exchange.key,
-                                      kind=exchange.kind, forked_from=exchange.forked_from, history=digests)
+                                      kind=exchange.kind, forked_from=exchange.forked_from, history=digests,
+                                      reply_prepared=exchange.prepared)
         return
     gateway.history = digests
     gateway.updated = now()
-    gateway.save(update_fields=["history", "updated"])
+    gateway.reply_prepared = exchange.prepared
+    gateway.save(update_fields=["history", "updated", "reply_prepared"])
 
 
 def _forget_unsaved(exchange: Exchange) -> None:
@@ -393,28 +416,70 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
     pending = exchange.pending
     assert pending is not None and exchange.session is not None
     replies = [history.reply_message(reply)] if reply is not None else []
-    reply_digests = [history.digest(reply)] if reply is not None else []
-    if pending.committed or exchange.session._state.adding:
-        gateway = None if exchange.session._state.adding else (
-            GatewaySession.objects.select_for_update().get(pk=exchange.session.pk))
+    reply_digests = [*exchange.digests, *([history.digest(reply)] if reply is not None else [])]
+    if pending.committed:
+        gateway = None if exchange.session._state.adding else _locked_row(exchange.session.pk)
         sessions.pending_turn_commit(pending=pending, reply=replies)
-        _history_save(exchange, gateway, [*exchange.digests, *reply_digests])
+        _history_save(exchange, gateway, reply_digests)
+        return
+    if exchange.session._state.adding:
+        earlier = _earlier_attempt(exchange)
+        if earlier is not None:
+            # An earlier attempt of this very request started the session meanwhile.
+            shutil.rmtree(exchange.session.workspace, ignore_errors=True)
+            _commit_repeat(exchange, earlier, replies, reply_digests)
+            return
+        sessions.pending_turn_commit(pending=pending, reply=replies)
+        _history_save(exchange, None, reply_digests)
         return
     # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
-    gateway = GatewaySession.objects.select_for_update().get(pk=exchange.session.pk)
-    if not history.continues(gateway.history, exchange.digests):
-        # Another call of a diverging history got in while this one waited: its
-        # turn stands, and this answer cannot join it.
-        exchange.notes.append("the session moved to another history while the provider answered; "
-                              "this call was not recorded in it")
-        return
-    if len(gateway.history) != exchange.matched:
+    gateway = _locked_row(exchange.session.pk)
+    if len(gateway.history) != exchange.history_length:
+        if pending.repeated is None and history.repeats(gateway.history, exchange.digests):
+            # Another attempt of this very request was answered first.
+            _commit_repeat(exchange, gateway, replies, reply_digests)
+            return
+        if pending.repeated is not None or not history.continues(gateway.history, exchange.digests):
+            exchange.notes.append("the session moved while the provider answered; this reply was not recorded")
+            return
         # Another call of the same conversation wrote meanwhile: ingest what it did not.
         pending.messages = exchange.rest[len(gateway.history):]
     if not sessions.pending_turn_commit(pending=pending, reply=replies):
         exchange.notes.append("the session moved while the provider answered; the turn was run again")
         exchange.turn = int(AgentSession.objects.values_list("turns_count", flat=True).get(pk=exchange.session.pk))
-    _history_save(exchange, gateway, [*exchange.digests, *reply_digests])
+    _history_save(exchange, gateway, reply_digests)
+
+
+def _locked_row(session_id: Any) -> GatewaySession:
+    return GatewaySession.objects.select_for_update(of=("self",)).select_related("session").get(pk=session_id)
+
+
+def _earlier_attempt(exchange: Exchange) -> GatewaySession | None:
+    """A session under the exchange's key whose recorded reply answers this very request."""
+    for candidate in (GatewaySession.objects.filter(owner=exchange.owner, key=exchange.key,
+                                                    session__profile=exchange.profile)
+                      .defer("session__engine_state").order_by("-updated")[:MAX_CANDIDATES]):
+        if history.repeats(candidate.history, exchange.digests):
+            return _locked_row(candidate.pk)
+    return None
+
+
+def _commit_repeat(exchange: Exchange, gateway: GatewaySession, replies: list[dict[str, Any]],
+                   reply_digests: list[str]) -> None:
+    """Two attempts of one request were answered: the later-prepared one's reply stands."""
+    exchange.session, exchange.identity = gateway.session, "repeated"
+    if gateway.reply_prepared is not None and gateway.reply_prepared > exchange.prepared:
+        exchange.turn = gateway.session.turns_count
+        exchange.notes.append("a later attempt of the same request was answered first; its reply stands")
+        return
+    repeat = sessions.session_repeat_pending(session=gateway.session)
+    if repeat is None or repeat.repeated is None:
+        exchange.turn = None
+        exchange.notes.append("the session moved while the provider answered; this reply was not recorded")
+        return
+    exchange.turn = repeat.repeated.number
+    sessions.pending_turn_commit(pending=repeat, reply=replies)
+    _history_save(exchange, gateway, reply_digests)
 
 
 def _usage_report(exchange: Exchange, usage: dict[str, Any]) -> None:

@@ -239,3 +239,31 @@ def test_it_leaves_it_to_the_provider_to_judge_a_request_without_messages(gatewa
     assert response.status_code == 400 and response.json() == {"error": {"message": "messages is required"}}
     assert provider.chat_requests[-1].body == {"model": "fake-model-2026"}
     assert GatewayExchange.objects.get().error_stage == "identity"
+
+
+def test_a_client_retry_after_its_timeout_replaces_the_reply_it_never_received(gateway_url, alice_token,
+                                                                              openai_client, provider):
+    first = openai_client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ASK])
+    follow_up = [SYSTEM, ASK, {"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "Now run the tests."}]
+    provider.responder = scripted(Answer("an answer nobody waited for", delay=1.5), Answer("Tests pass."))
+    # The client gives up before the provider answers; the gateway still gets and records that answer.
+    with pytest.raises(httpx2.TimeoutException), httpx2.Client(timeout=0.5) as impatient:
+        impatient.post(f"{gateway_url}/chat/completions", json={"model": "gpt-4o", "messages": follow_up},
+                       headers={"Authorization": f"Bearer {alice_token}"})
+    retried = openai_client.chat.completions.create(model="gpt-4o", messages=follow_up)
+    assert retried.choices[0].message.content == "Tests pass."
+    # One conversation, one turn for the call, and the reply the client took is the one recorded.
+    session = AgentSession.objects.get()
+    assert session.turns_count == 2
+    assert [(m.role, m.content[0]["text"]) for m in session.messages.order_by("seq")][-2:] == [
+        ("user", "Now run the tests."), ("assistant", "Tests pass.")]
+    assert list(GatewayExchange.objects.order_by("pk").values_list("identity", flat=True)) == [
+        "new", "continued", "repeated"]
+    assert GatewayExchange.objects.order_by("pk").last().turn_number == 2
+    # The repeat sent the turn's payload again, unchanged.
+    assert provider.chat_requests[1].body["messages"] == provider.chat_requests[2].body["messages"]
+    # The conversation goes on in the same session.
+    openai_client.chat.completions.create(model="gpt-4o", messages=[
+        *follow_up, {"role": "assistant", "content": "Tests pass."}, {"role": "user", "content": "Ship it."}])
+    assert AgentSession.objects.get().turns_count == 3

@@ -73,6 +73,7 @@ from contextlab.sessions.services.turns import (
     session_delete,
     session_new,
     session_prepare,
+    session_repeat_pending,
     usage_report,
 )
 
@@ -84,6 +85,6 @@ __all__ = [
     "messages_append", "messages_append_openai", "offloaded_prune", "pending_turn_commit", "profile_create", "profile_default",
     "profile_resolve", "profile_zone", "reported_prompt_tokens", "run_announce", "runs_reap", "runs_recover",
     "session_advance", "session_advance_pending", "session_announce", "session_create", "session_delete", "session_export",
-    "session_import_bundle", "session_new", "session_prepare", "transcript_import", "transcript_import_enqueue",
+    "session_import_bundle", "session_new", "session_prepare", "session_repeat_pending", "transcript_import", "transcript_import_enqueue",
     "transcript_import_work", "usage_report",
 ]

@@ -147,7 +147,8 @@ class PendingTurn:
 
     session: AgentSession
     manager: ContextManager
-    result: TurnResult
+    # None for a repeat of the last turn (``session_repeat_pending``): no new turn.
+    result: TurnResult | None
     messages: list[dict[str, Any]]
     system_prompt: str | None
     before: dict[str, int] = field(default_factory=dict)
@@ -157,13 +158,22 @@ class PendingTurn:
     # Written at once: the hook compacted, and the archive lines it wrote
     # belong to a state that must be saved now (see ``session_advance_pending``).
     committed: bool = False
+    # A repeat: the turn whose payload goes upstream again, and the reply it replaces.
+    repeated: Turn | None = None
+    retracted: list[str] = field(default_factory=list)
 
     @property
     def payload(self) -> list[dict[str, Any]]:
+        if self.result is None:
+            assert self.repeated is not None
+            return list(self.repeated.payload)
         return self.result.openai_messages()
 
     @property
     def trace(self) -> dict[str, Any]:
+        if self.result is None:
+            assert self.repeated is not None
+            return dict(self.repeated.trace)
         return self.result.trace.to_dict()
 
 
@@ -224,6 +234,25 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
     return pending
 
 
+def session_repeat_pending(*, session: AgentSession) -> PendingTurn | None:
+    """The last turn again, for a client that sends the same request once more (a retry after
+    its timeout, a "regenerate"): the reply recorded for it, which that client never took,
+    is taken back, and the next reply replaces it once ``pending_turn_commit`` runs.
+
+    None when the session's newest message is not such a reply.
+    """
+    with locked_session(session) as (locked, manager):
+        turn = Turn.objects.filter(session=locked, number=locked.turns_count).first()
+        if turn is None:
+            return None
+        reply = manager.retract_newest_reply()
+        if reply is None:
+            return None
+        return PendingTurn(session=locked, manager=manager, result=None, messages=[], system_prompt=None,
+                           before=fate_sizes(manager), version=_version(locked), repeated=turn,
+                           retracted=[reply.id])
+
+
 def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) -> bool:
     """Write a pending turn and the provider's reply (OpenAI messages, possibly none) in the caller's transaction.
 
@@ -244,6 +273,9 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
                   .get(pk=session.pk))
         same = _version(locked) == pending.version
         manager = pending.manager if same else load_manager(locked)
+    if not same and pending.repeated is not None:
+        log.info("session %s moved while a repeated call waited for the provider; not recorded", session.pk)
+        return False
     if not same:
         log.info("session %s moved while its turn waited for the provider; running the turn again", session.pk)
         session_advance(session=locked, messages=pending.messages, system_prompt=pending.system_prompt)
@@ -252,6 +284,9 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
         return False
     if pending.system_prompt is not None:
         locked.system_prompt = manager.system_prompt
+    if pending.retracted:
+        taken_back = SessionMessage.objects.filter(session=locked, message_id__in=pending.retracted).delete()[0]
+        locked.messages_count -= taken_back
     persist_step(locked, manager, before=pending.before, originals=pending.originals, result=pending.result)
     if reply:
         check_raw_messages(reply)
