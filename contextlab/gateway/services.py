@@ -35,6 +35,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils.timezone import now
 
+from contextlab import telemetry
 from contextlab.api.decorators import LAST_USED_RESOLUTION
 from contextlab.api.models import ApiToken, hash_token
 from contextlab.engine.errors import ContextLabError, InvalidMessages, InvalidProfile
@@ -177,6 +178,8 @@ class Exchange:
     # The session's ingested history when the call was prepared (a repeat's ends with the reply it replaces).
     history_length: int = 0
     prepared: datetime = field(default_factory=now)
+    # The call's span when telemetry is on (``contextlab.telemetry``); ended by ``exchange_record``.
+    span: Any = None
 
     @property
     def strips_usage(self) -> bool:
@@ -384,6 +387,17 @@ def exchange_record(exchange: Exchange, *, status_code: int | None, reply: dict[
     joins the session, and its digest joins the ingested history, so the
     client's next call, which sends it back, continues this session.
     """
+    with telemetry.current(exchange.span):
+        row = _record(exchange, status_code=status_code, reply=reply, usage=usage, upstream_ms=upstream_ms,
+                      error=error)
+    telemetry.finish_gateway_span(exchange.span, status_code=status_code, usage=usage if isinstance(usage, dict)
+                                  else None, session_id=row.session_id if row is not None else None,
+                                  turn=exchange.turn, managed=exchange.managed, error=exchange.error)
+    return row
+
+
+def _record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any] | None, usage: Any,
+            upstream_ms: float, error: str) -> GatewayExchange | None:
     if error:
         exchange.error_stage = exchange.error_stage or "upstream"
         exchange.error = f"{exchange.error}; {error}" if exchange.error else error

@@ -56,7 +56,8 @@ def _headers(provider: UpstreamProvider, api_key: str, *, stream: bool) -> dict[
     return headers
 
 
-def post_chat(provider: UpstreamProvider, api_key: str, body: dict[str, Any], *, stream: bool) -> httpx2.Response:
+def post_chat(provider: UpstreamProvider, api_key: str, body: dict[str, Any], *, stream: bool,
+              trace_headers: dict[str, str] | None = None) -> httpx2.Response:
     """POST the chat completion; with ``stream`` the body is left unread for ``relay``.
 
     Raises ``httpx2.TimeoutException`` / ``httpx2.TransportError`` when the
@@ -64,8 +65,10 @@ def post_chat(provider: UpstreamProvider, api_key: str, body: dict[str, Any], *,
     """
     data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
     http = client()
-    request = http.build_request("POST", provider.chat_url, content=data,
-                                 headers=_headers(provider, api_key, stream=stream), timeout=_timeout(provider))
+    # The caller's trace continues upstream (W3C trace context), so the provider's span joins it.
+    headers = {**_headers(provider, api_key, stream=stream), **(trace_headers or {})}
+    request = http.build_request("POST", provider.chat_url, content=data, headers=headers,
+                                 timeout=_timeout(provider))
     return http.send(request, stream=stream)
 
 

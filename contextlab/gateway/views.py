@@ -22,6 +22,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from contextlab import telemetry
 from contextlab.gateway import services, sse, upstream
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 
@@ -83,11 +84,16 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
         provider, api_key = services.provider_for(profile)
     except GatewayError as exc:
         return _error(exc)
-    exchange = services.exchange_prepare(owner=user, profile=profile, provider=provider, body=body,
-                                         session_header=session_header)
+    span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200],
+                                        stream=body.get("stream") is True)
+    with telemetry.current(span):
+        exchange = services.exchange_prepare(owner=user, profile=profile, provider=provider, body=body,
+                                             session_header=session_header)
+    exchange.span = span
     start = time.perf_counter()
     try:
-        answer = upstream.post_chat(provider, api_key, exchange.body, stream=exchange.stream)
+        answer = upstream.post_chat(provider, api_key, exchange.body, stream=exchange.stream,
+                                    trace_headers=telemetry.upstream_trace_headers(request.headers, span))
     except httpx2.TimeoutException as exc:
         return _unreachable(exchange, start, 504, f"the upstream provider did not answer within "
                                                   f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")

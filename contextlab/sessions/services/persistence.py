@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from contextlab import telemetry
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message, block_to_dict
 from contextlab.sessions.models import (
@@ -221,6 +222,10 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     # belong to; robust, because a journal left behind is harmless (the next load
     # sees its turn was saved and clears it) and must not turn a commit into an error.
     transaction.on_commit(manager.commit, robust=True)
+    if turn is not None and telemetry.tracer() is not None:
+        # After the commit, under whatever span is current now (a gateway call's).
+        parent, trace_dict, session_id = telemetry.current_context(), turn.trace, session.pk
+        transaction.on_commit(lambda: telemetry.record_turn(trace_dict, session_id=session_id, parent=parent))
     state = live_state_of(session, manager, turn)
     transaction.on_commit(lambda: session_announce(session_id=session.pk, state=state))
     return turn

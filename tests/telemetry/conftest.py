@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from contextlab import telemetry
+from tests.telemetry.collector import Collector
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    with Collector() as running:
+        yield running
+    telemetry.disable()
