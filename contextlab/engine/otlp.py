@@ -1,0 +1,306 @@
+"""OpenTelemetry traces in: the LLM calls an agent's spans record, as chat-completions requests.
+
+Teams that trace their agents already hold every request the agent sent: an LLM
+span carries its input messages (and the reply) as attributes. This module reads
+OTLP traces in their JSON encoding (what ``opentelemetry-proto``'s JSON mapping
+and the file exporters write; the web tier converts protobuf to it) and turns
+each LLM span into a request record ``{"seq", "body": {"model", "messages",
+"tools"}, "response_text", "response_tool_calls", "usage", "session_id"}`` that
+the observe inference (``contextlab.engine.observe``) reads like a request log.
+
+Three attribute layouts are understood:
+
+* the GenAI semantic conventions: ``gen_ai.input.messages`` /
+  ``gen_ai.output.messages`` / ``gen_ai.system_instructions`` (JSON, messages of
+  typed parts), ``gen_ai.request.model``, ``gen_ai.usage.*``,
+  ``gen_ai.conversation.id``;
+* the older flattened prompt attributes: ``gen_ai.prompt.<i>.role`` /
+  ``.content`` / ``.tool_calls.<j>.*`` and ``gen_ai.completion.<i>.*``;
+* OpenInference (Arize Phoenix): ``llm.input_messages.<i>.message.*``,
+  ``llm.output_messages.<i>.message.*``, ``llm.model_name``,
+  ``llm.token_count.*``, ``llm.tools.<i>.tool.json_schema``, ``session.id``.
+
+Pure: no Django, no network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Span:
+    """The parts of one OTLP span that matter here."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    start_ns: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    resource: dict[str, Any] = field(default_factory=dict)
+
+
+def _any_value(value: Any) -> Any:
+    """An OTLP JSON ``AnyValue`` as a plain value."""
+    if not isinstance(value, Mapping):
+        return value
+    for key in ("stringValue", "boolValue", "doubleValue"):
+        if key in value:
+            return value[key]
+    if "intValue" in value:
+        try:
+            return int(value["intValue"])  # int64 travels as a string in OTLP JSON
+        except (TypeError, ValueError):
+            return None
+    if "arrayValue" in value:
+        return [_any_value(v) for v in (value["arrayValue"] or {}).get("values") or []]
+    if "kvlistValue" in value:
+        return _attributes((value["kvlistValue"] or {}).get("values") or [])
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def _attributes(items: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, Mapping) and isinstance(item.get("key"), str):
+            out[item["key"]] = _any_value(item.get("value"))
+    return out
+
+
+def spans_from_json(data: Any) -> list[Span]:
+    """Every span of an OTLP JSON export (``{"resourceSpans": [...]}``), or of several, one per line."""
+    if isinstance(data, list):
+        return [span for item in data for span in spans_from_json(item)]
+    if not isinstance(data, Mapping):
+        raise ValueError("an OTLP trace export is a JSON object with \"resourceSpans\"")
+    spans: list[Span] = []
+    for resource_spans in data.get("resourceSpans") or data.get("resource_spans") or []:
+        if not isinstance(resource_spans, Mapping):
+            continue
+        resource = _attributes((resource_spans.get("resource") or {}).get("attributes"))
+        for scope_spans in resource_spans.get("scopeSpans") or resource_spans.get("scope_spans") or []:
+            for raw in (scope_spans or {}).get("spans") or []:
+                if not isinstance(raw, Mapping):
+                    continue
+                try:
+                    start = int(raw.get("startTimeUnixNano") or raw.get("start_time_unix_nano") or 0)
+                except (TypeError, ValueError):
+                    start = 0
+                spans.append(Span(trace_id=str(raw.get("traceId") or raw.get("trace_id") or ""),
+                                  span_id=str(raw.get("spanId") or raw.get("span_id") or ""),
+                                  name=str(raw.get("name") or ""), start_ns=start,
+                                  attributes=_attributes(raw.get("attributes")), resource=resource))
+    return spans
+
+
+def load_json_lines(text: str) -> list[Span]:
+    """An OTLP JSON file: one export object, or one per line (the collector's file exporter)."""
+    stripped = text.strip()
+    if not stripped:
+        return []
+    try:
+        return spans_from_json(json.loads(stripped))
+    except json.JSONDecodeError:
+        return [span for line in stripped.splitlines() if line.strip() for span in spans_from_json(json.loads(line))]
+
+
+# -- attributes to chat messages ---------------------------------------------------------
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value
+
+
+def _arguments(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _from_parts(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A GenAI-conventions message (role + typed parts) as OpenAI chat messages (tool responses split out)."""
+    role = str(message.get("role") or "user")
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+    for part in message.get("parts") or []:
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(_text(part.get("content")))
+        elif kind == "tool_call":
+            calls.append({"id": str(part.get("id") or ""), "type": "function",
+                          "function": {"name": str(part.get("name") or ""),
+                                       "arguments": _arguments(part.get("arguments"))}})
+        elif kind == "tool_call_response":
+            out.append({"role": "tool", "tool_call_id": str(part.get("id") or ""),
+                        "content": _text(part.get("response", part.get("result")))})
+    if role == "tool":
+        return out or [{"role": "tool", "tool_call_id": "", "content": "\n".join(texts)}]
+    if texts or calls or not out:
+        chat: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts or not calls else None}
+        if calls:
+            chat["tool_calls"] = calls
+        out.insert(0, chat)
+    return out
+
+
+def _indexed(attributes: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+    """``prefix.<i>.rest`` attributes grouped by ``i``: {i: {rest: value}}."""
+    pattern = re.compile(re.escape(prefix) + r"\.(\d+)\.(.+)$")
+    grouped: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        match = pattern.match(key)
+        if match:
+            grouped.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return dict(sorted(grouped.items()))
+
+
+def _flat_message(fields: Mapping[str, Any], *, call_key: str, id_key: str, name_key: str, args_key: str,
+                  content_key: str, role_key: str, call_id_key: str) -> dict[str, Any]:
+    role = str(fields.get(role_key) or "user")
+    content = fields.get(content_key)
+    if content is None:
+        # OpenInference content parts: message.contents.<k>.message_content.text
+        parts = _indexed(fields, content_key + "s")
+        content = "\n".join(str(p.get("message_content.text") or "") for p in parts.values()) if parts else None
+    message: dict[str, Any] = {"role": role, "content": _text(content) if content is not None else None}
+    calls = _indexed(fields, call_key)
+    if calls:
+        message["tool_calls"] = [{"id": str(c.get(id_key) or ""), "type": "function",
+                                  "function": {"name": str(c.get(name_key) or ""),
+                                               "arguments": _arguments(c.get(args_key))}}
+                                 for c in calls.values()]
+    if fields.get(call_id_key):
+        message["tool_call_id"] = str(fields[call_id_key])
+    if message["content"] is None and not calls:
+        message["content"] = ""
+    return message
+
+
+def _openinference(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    return [_flat_message(fields, call_key="message.tool_calls", id_key="tool_call.id",
+                          name_key="tool_call.function.name", args_key="tool_call.function.arguments",
+                          content_key="message.content", role_key="message.role",
+                          call_id_key="message.tool_call_id")
+            for fields in _indexed(attributes, prefix).values()]
+
+
+def _legacy(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    return [_flat_message(fields, call_key="tool_calls", id_key="id", name_key="name", args_key="arguments",
+                          content_key="content", role_key="role", call_id_key="tool_call_id")
+            for fields in _indexed(attributes, prefix).values()]
+
+
+def _input_messages(attributes: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    structured = _json(attributes.get("gen_ai.input.messages"))
+    if isinstance(structured, list):
+        messages = [m for item in structured if isinstance(item, Mapping) for m in _from_parts(item)]
+        system = _json(attributes.get("gen_ai.system_instructions"))
+        if isinstance(system, list) and system:
+            text = "\n".join(_text(p.get("content")) for p in system if isinstance(p, Mapping))
+            messages.insert(0, {"role": "system", "content": text})
+        return messages
+    if any(key.startswith("llm.input_messages.") for key in attributes):
+        return _openinference(attributes, "llm.input_messages")
+    if any(key.startswith("gen_ai.prompt.") for key in attributes):
+        return _legacy(attributes, "gen_ai.prompt")
+    return None
+
+
+def _output_message(attributes: Mapping[str, Any]) -> dict[str, Any] | None:
+    structured = _json(attributes.get("gen_ai.output.messages"))
+    if isinstance(structured, list) and structured and isinstance(structured[0], Mapping):
+        converted = _from_parts({**structured[0], "role": "assistant"})
+        return converted[0] if converted else None
+    if any(key.startswith("llm.output_messages.") for key in attributes):
+        messages = _openinference(attributes, "llm.output_messages")
+        return messages[0] if messages else None
+    if any(key.startswith("gen_ai.completion.") for key in attributes):
+        messages = _legacy(attributes, "gen_ai.completion")
+        return messages[0] if messages else None
+    return None
+
+
+def _tools(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    for fields in _indexed(attributes, "llm.tools").values():
+        schema = _json(fields.get("tool.json_schema"))
+        if isinstance(schema, Mapping):
+            tools.append(dict(schema))
+    definitions = _json(attributes.get("gen_ai.tool.definitions"))
+    if isinstance(definitions, list):
+        tools.extend(dict(d) for d in definitions if isinstance(d, Mapping))
+    return tools
+
+
+def _usage(attributes: Mapping[str, Any]) -> dict[str, int] | None:
+    usage: dict[str, int] = {}
+    for ours, names in (("prompt_tokens", ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
+                                           "llm.token_count.prompt")),
+                        ("completion_tokens", ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+                                               "llm.token_count.completion"))):
+        for name in names:
+            if isinstance(attributes.get(name), int):
+                usage[ours] = attributes[name]
+                break
+    return usage or None
+
+
+def llm_requests(spans: list[Span]) -> list[dict[str, Any]]:
+    """The LLM calls among ``spans``, oldest first, as request records (see the module's doc)."""
+    calls: list[tuple[int, str, dict[str, Any]]] = []
+    for span in spans:
+        attributes = span.attributes
+        messages = _input_messages(attributes)
+        if not messages:
+            continue
+        model = (attributes.get("gen_ai.request.model") or attributes.get("llm.model_name")
+                 or attributes.get("gen_ai.response.model") or "")
+        body: dict[str, Any] = {"model": str(model), "messages": messages}
+        tools = _tools(attributes)
+        if tools:
+            body["tools"] = tools
+        raw = _json(attributes.get("input.value")) if attributes.get("input.mime_type") == "application/json" else None
+        if isinstance(raw, dict) and isinstance(raw.get("messages"), list) and raw["messages"]:
+            # OpenInference also records the request body itself: the agent's exact bytes win.
+            body = raw
+        reply = _output_message(attributes) or {}
+        session = (attributes.get("gen_ai.conversation.id") or attributes.get("session.id")
+                   or span.resource.get("session.id") or "")
+        calls.append((span.start_ns, span.span_id, {
+            "body": body,
+            "response_text": reply.get("content") or "",
+            "response_tool_calls": reply.get("tool_calls") or [],
+            "usage": _usage(attributes),
+            "session_id": str(session),
+            "trace_id": span.trace_id,
+            "span_id": span.span_id,
+        }))
+    calls.sort(key=lambda item: (item[0], item[1]))
+    return [{"seq": seq, **record} for seq, (_, _, record) in enumerate(calls, start=1)]
+
+
+def iter_requests(text: str) -> Iterator[dict[str, Any]]:
+    """The request records of an OTLP JSON file's text."""
+    yield from llm_requests(load_json_lines(text))
