@@ -1,0 +1,518 @@
+"""Infer what an agent's own context manager did, from the requests it sends.
+
+An agent that manages its own context (CoPaw, Claude Code, OpenHands, ...)
+sends the LLM a full message list on every call. Comparing one request of a
+conversation with the next shows what its context manager did in between:
+messages dropped, tool outputs shortened, a summary inserted or replaced, a
+turn split, the system prompt or the tool schemas changed. Nothing here reads
+an agent-specific label; the inference works from the message lists alone.
+
+Conversation identity survives the agent's own compactions (the first user
+message is gone after one): a request continues a conversation when the client
+names the session, or when it keeps part of the conversation's last messages,
+or when its leading message holds the reply of one of the conversation's own
+side calls (the compactor's summary).
+
+Side calls are the agent's context manager calling the LLM for itself (a
+compactor, a memory summariser): a request whose system prompt is not the
+conversation's and whose text quotes the conversation. They belong to the
+conversation they quote, never start a new one; requests that continue a side
+call (same system prompt and first user message) join the same thread.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# Notices agents append when they cut a tool output. Recognised to tell a
+# shortened output with a notice from a silent cut; the cut itself is found by
+# comparing the two versions, whatever the notice says.
+_NOTICE = re.compile(r"<<<TRUNCATED>>>|\[(?:output )?truncated|output (?:above )?(?:was|has been) truncated",
+                     re.IGNORECASE)
+_PATH = re.compile(r"file_path=\{?([^\s}'\"]+)|((?:/[\w.\-]+)+/[\w.\-]+\.\w+)")
+_SPACE = re.compile(r"\s+")
+# A side call is recognised by quoting at least one conversation message's
+# opening characters; shorter texts ("ok", "Turn 3") would match by chance.
+QUOTE_CHARS = 60
+MIN_QUOTE_CHARS = 24
+
+
+def text_of(content: Any) -> str:
+    """The text of an OpenAI message content (a string or a list of parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content
+                       if isinstance(part, dict) and part.get("type") in ("text", "input_text", None))
+    return str(content)
+
+
+def byte_size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _squash(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def message_keys(messages: list[dict[str, Any]]) -> list[str]:
+    """A stable identity for each message that survives truncation of tool outputs.
+
+    Tool results are known by their call id, assistant calls by their call ids,
+    other messages by role and text (the n-th equal text gets ``#n``).
+    """
+    keys: list[str] = []
+    seen: dict[str, int] = {}
+    for message in messages:
+        role = str(message.get("role", ""))
+        if role == "tool":
+            key = f"tool:{message.get('tool_call_id', '')}"
+        elif role == "assistant" and message.get("tool_calls"):
+            key = "call:" + ",".join(str(c.get("id", "")) for c in message["tool_calls"] if isinstance(c, dict))
+        else:
+            key = f"{role}:{_digest(text_of(message.get('content')))}"
+        count = seen.get(key, 0)
+        seen[key] = count + 1
+        keys.append(key if count == 0 else f"{key}#{count}")
+    return keys
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    names: list[str] = []
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            names.append(str((function if isinstance(function, dict) else tool).get("name", "")))
+    return names
+
+
+def summary_diff(before: str, after: str) -> list[str]:
+    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), "previous", "current", lineterm=""))
+
+
+def _notice_of(before: str, after: str) -> str:
+    """What the shortened text has that the original does not: the agent's notice."""
+    common = 0
+    for a, b in zip(before, after, strict=False):
+        if a != b:
+            break
+        common += 1
+    return after[common:].strip()
+
+
+def _path_in(notice: str) -> str:
+    match = _PATH.search(notice)
+    return (match.group(1) or match.group(2)) if match else ""
+
+
+@dataclass
+class RecordedRequest:
+    """One chat-completions request as the agent sent it, and the reply it got."""
+
+    seq: int
+    body: dict[str, Any]
+    reply_text: str = ""
+    session_header: str = ""
+    reply_tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for m in self.body.get("messages") or [] if isinstance(m, dict)]
+
+    @property
+    def system_prompt(self) -> str:
+        messages = self.messages
+        return text_of(messages[0].get("content")) if messages and messages[0].get("role") in (
+            "system", "developer") else ""
+
+
+@dataclass
+class Event:
+    """One thing the agent's context manager did between two requests."""
+
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.detail}
+
+
+EVENT_KINDS: tuple[str, ...] = (
+    "messages_dropped", "tool_output_shortened", "tool_output_cut_on_arrival", "summary_inserted",
+    "summary_replaced", "summary_erased", "turn_split", "tool_pair_split", "system_prompt_changed",
+    "tools_added", "tools_removed", "side_call",
+)
+
+
+@dataclass
+class Observation:
+    """What one request tells: which conversation, whether a side call, and the events."""
+
+    seq: int
+    conversation: str
+    side_call: bool
+    side_role: str = ""  # "compactor" once its reply shows up as a summary, else "side"
+    thread: str = ""
+    events: list[Event] = field(default_factory=list)
+    message_count: int = 0
+    appended: int = 0
+    compaction: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "conversation": self.conversation, "side_call": self.side_call,
+                "side_role": self.side_role, "thread": self.thread, "message_count": self.message_count,
+                "appended": self.appended, "compaction": self.compaction,
+                "events": [e.to_dict() for e in self.events]}
+
+
+@dataclass
+class SideCall:
+    seq: int
+    thread: str
+    system_prompt: str
+    first_user_digest: str
+    reply_text: str
+    role: str = "side"
+
+
+@dataclass
+class Conversation:
+    id: str
+    system_prompt: str
+    tools: list[str]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    summary_key: str = ""
+    summary: str = ""
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    side_calls: list[SideCall] = field(default_factory=list)
+    requests: list[int] = field(default_factory=list)
+    last_reply: dict[str, Any] | None = None
+    tool_sizes: dict[str, list[tuple[int, int, bool]]] = field(default_factory=dict)
+    observations: list[Observation] = field(default_factory=list)
+
+    def quotes(self) -> list[str]:
+        """Openings of the conversation's messages that a side call quoting it would contain."""
+        found: list[str] = []
+        for message in self.messages[1:]:
+            text = _squash(text_of(message.get("content")))
+            if len(text) >= MIN_QUOTE_CHARS:
+                found.append(text[:QUOTE_CHARS])
+        return found
+
+    def tool_trajectories(self) -> dict[str, list[tuple[int, int, bool]]]:
+        """Per tool call id: (request, bytes, notice present) each time the size or notice changed."""
+        out: dict[str, list[tuple[int, int, bool]]] = {}
+        for call_id, sizes in self.tool_sizes.items():
+            steps: list[tuple[int, int, bool]] = []
+            for seq, size, marked in sizes:
+                if not steps or steps[-1][1:] != (size, marked):
+                    steps.append((seq, size, marked))
+            out[call_id] = steps
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "requests": self.requests, "compactions": self.compactions,
+                "summaries": self.summaries, "side_calls": [
+                    {"seq": s.seq, "thread": s.thread, "role": s.role} for s in self.side_calls],
+                "tool_trajectories": {k: [list(s) for s in v] for k, v in self.tool_trajectories().items()}}
+
+
+def _is_cut_notice(text: str) -> bool:
+    return bool(_NOTICE.search(text))
+
+
+class Observer:
+    """Feeds requests in the order the agent sent them; keeps every conversation's state."""
+
+    def __init__(self) -> None:
+        self.conversations: dict[str, Conversation] = {}
+        self._threads: dict[tuple[str, str], tuple[str, str]] = {}  # (system, first user) -> (conversation, thread)
+        self._by_header: dict[str, str] = {}
+
+    # -- public ------------------------------------------------------------------------
+
+    def observe(self, request: RecordedRequest) -> Observation:
+        messages = request.messages
+        system = request.system_prompt
+        first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        thread_key = (_digest(system), _digest(first_user))
+        if thread_key in self._threads:
+            conversation_id, thread = self._threads[thread_key]
+            if thread:
+                return self._side_call(request, self.conversations[conversation_id], thread, first_user)
+        conversation = self._conversation_for(request)
+        if conversation is None:
+            parent = self._quoted_by(request)
+            if parent is not None:
+                thread = f"{parent.id}/side-{request.seq}"
+                self._threads[thread_key] = (parent.id, thread)
+                return self._side_call(request, parent, thread, first_user)
+            conversation = self._new_conversation(request)
+        if request.session_header:
+            self._by_header[request.session_header] = conversation.id
+        self._threads.setdefault(thread_key, (conversation.id, ""))
+        return self._continue(conversation, request)
+
+    def observe_all(self, requests: list[RecordedRequest]) -> list[Observation]:
+        return [self.observe(r) for r in requests]
+
+    # -- identity ----------------------------------------------------------------------
+
+    def _conversation_for(self, request: RecordedRequest) -> Conversation | None:
+        if request.session_header and request.session_header in self._by_header:
+            return self.conversations[self._by_header[request.session_header]]
+        keys = set(message_keys(request.messages)[1:])
+        system = request.system_prompt
+        best: tuple[int, Conversation] | None = None
+        for conversation in self.conversations.values():
+            shared = len(keys & set(conversation.keys[1:]))
+            if system == conversation.system_prompt and self._leads_with_own_summary(request, conversation):
+                shared += 1
+            if shared and (best is None or shared > best[0]):
+                best = (shared, conversation)
+        return best[1] if best else None
+
+    def _leads_with_own_summary(self, request: RecordedRequest, conversation: Conversation) -> bool:
+        messages = request.messages
+        if len(messages) < 2:
+            return False
+        lead = text_of(messages[1].get("content"))
+        return any(s.reply_text.strip() and s.reply_text.strip() in lead for s in conversation.side_calls)
+
+    def _quoted_by(self, request: RecordedRequest) -> Conversation | None:
+        if not self.conversations:
+            return None
+        text = _squash(" ".join(text_of(m.get("content")) for m in request.messages[1:]))
+        best: tuple[int, Conversation] | None = None
+        for conversation in self.conversations.values():
+            if request.system_prompt == conversation.system_prompt:
+                continue
+            hits = sum(1 for quote in conversation.quotes() if quote in text)
+            if hits and (best is None or hits > best[0]):
+                best = (hits, conversation)
+        return best[1] if best else None
+
+    def _new_conversation(self, request: RecordedRequest) -> Conversation:
+        conversation = Conversation(id=f"c{len(self.conversations) + 1}", system_prompt=request.system_prompt,
+                                    tools=tool_names(request.body))
+        self.conversations[conversation.id] = conversation
+        return conversation
+
+    # -- side calls --------------------------------------------------------------------
+
+    def _side_call(self, request: RecordedRequest, conversation: Conversation, thread: str,
+                   first_user: str) -> Observation:
+        call = SideCall(seq=request.seq, thread=thread, system_prompt=request.system_prompt,
+                        first_user_digest=_digest(first_user), reply_text=request.reply_text)
+        conversation.side_calls.append(call)
+        observation = Observation(seq=request.seq, conversation=conversation.id, side_call=True, side_role="side",
+                                  thread=thread, message_count=len(request.messages))
+        observation.events.append(Event("side_call", {"thread": thread, "tools": len(tool_names(request.body)),
+                                                      "reply_chars": len(request.reply_text)}))
+        conversation.observations.append(observation)
+        return observation
+
+    # -- the diff between two requests of one conversation -----------------------------
+
+    def _continue(self, conversation: Conversation, request: RecordedRequest) -> Observation:
+        messages = request.messages
+        keys = message_keys(messages)
+        observation = Observation(seq=request.seq, conversation=conversation.id, side_call=False,
+                                  message_count=len(messages))
+        events = observation.events
+        first = not conversation.requests
+        if not first:
+            self._system_and_tools(conversation, request, events)
+            self._changes(conversation, messages, keys, observation)
+        else:
+            for message in messages:
+                self._arrival(message, events)
+            observation.appended = max(0, len(messages) - 1)
+        for message in messages:
+            if message.get("role") == "tool":
+                content = text_of(message.get("content"))
+                conversation.tool_sizes.setdefault(str(message.get("tool_call_id", "")), []).append(
+                    (request.seq, byte_size(content), _is_cut_notice(content)))
+        conversation.messages = messages
+        conversation.keys = keys
+        conversation.last_reply = ({"role": "assistant", "content": request.reply_text}
+                                   if request.reply_text and not request.reply_tool_calls else None)
+        conversation.requests.append(request.seq)
+        conversation.observations.append(observation)
+        return observation
+
+    def _system_and_tools(self, conversation: Conversation, request: RecordedRequest, events: list[Event]) -> None:
+        system = request.system_prompt
+        if system != conversation.system_prompt:
+            events.append(Event("system_prompt_changed", {
+                "chars_before": len(conversation.system_prompt), "chars_after": len(system),
+                "diff": summary_diff(conversation.system_prompt, system)}))
+            conversation.system_prompt = system
+        names = tool_names(request.body)
+        added = [n for n in names if n not in conversation.tools]
+        removed = [n for n in conversation.tools if n not in names]
+        if added:
+            events.append(Event("tools_added", {"tools": added}))
+        if removed:
+            events.append(Event("tools_removed", {"tools": removed}))
+        conversation.tools = names
+
+    def _arrival(self, message: dict[str, Any], events: list[Event]) -> None:
+        if message.get("role") != "tool":
+            return
+        content = text_of(message.get("content"))
+        if _is_cut_notice(content):
+            match = _NOTICE.search(content)
+            notice = content[match.start():] if match else ""
+            events.append(Event("tool_output_cut_on_arrival", {
+                "tool_call_id": message.get("tool_call_id", ""), "bytes_after": byte_size(content),
+                "kept_bytes": byte_size(content[:match.start()]) if match else byte_size(content),
+                "notice": notice, "path": _path_in(notice)}))
+
+    def _changes(self, conversation: Conversation, messages: list[dict[str, Any]], keys: list[str],
+                 observation: Observation) -> None:
+        events = observation.events
+        before = dict(zip(conversation.keys, conversation.messages, strict=True))
+        now_keys = set(keys)
+        dropped = [(i, k) for i, k in enumerate(conversation.keys)
+                   if i > 0 and k not in now_keys and k != conversation.summary_key]
+        reply = conversation.last_reply
+        if dropped and reply is not None:
+            # The previous reply was never sent back: it went into the agent's
+            # memory and out again in the same compaction.
+            reply_key = message_keys([reply])[0]
+            if reply_key not in now_keys:
+                before[reply_key] = reply
+                dropped.append((len(conversation.keys), reply_key))
+        retained_positions = [i for i, k in enumerate(keys) if i > 0 and k in before]
+        # Shortened tool outputs among the retained messages.
+        for index in retained_positions:
+            old, new = before[keys[index]], messages[index]
+            if new.get("role") != "tool":
+                continue
+            old_text, new_text = text_of(old.get("content")), text_of(new.get("content"))
+            if byte_size(new_text) < byte_size(old_text):
+                notice = _notice_of(old_text, new_text) if not new_text.startswith(old_text) else ""
+                if not notice and not old_text.startswith(new_text):
+                    notice = _notice_of(old_text, new_text)
+                events.append(Event("tool_output_shortened", {
+                    "tool_call_id": new.get("tool_call_id", ""), "bytes_before": byte_size(old_text),
+                    "bytes_after": byte_size(new_text), "silent": not _is_cut_notice(new_text),
+                    "notice": notice, "path": _path_in(notice)}))
+        # A new leading message that replaces dropped ones is a summary.
+        lead_index = 1 if len(messages) > 1 and messages[0].get("role") in ("system", "developer") else 0
+        summary_message = None
+        first_retained = retained_positions[0] if retained_positions else len(messages)
+        if (dropped and lead_index < len(messages) and keys[lead_index] not in before
+                and lead_index < first_retained and lead_index < len(messages) - 1):
+            summary_message = messages[lead_index]
+        elif conversation.summary_key and conversation.summary_key in now_keys:
+            summary_message = None  # the summary is still there, unchanged
+        new_positions = [i for i, k in enumerate(keys) if i > 0 and k not in before
+                         and (summary_message is None or i != lead_index)]
+        observation.appended = len(new_positions)
+        for index in new_positions:
+            self._arrival(messages[index], events)
+        if dropped:
+            events.append(Event("messages_dropped", {
+                "count": len(dropped), "messages": [self._brief(before[k], k) for _, k in dropped]}))
+        if summary_message is not None:
+            self._summary(conversation, summary_message, keys[lead_index], observation, dropped,
+                          messages, keys, first_retained)
+        elif dropped and conversation.summary_key and conversation.summary_key not in now_keys:
+            events.append(Event("summary_erased", {"version": len(conversation.summaries),
+                                                   "dropped": len(dropped)}))
+            observation.compaction = {"seq": observation.seq, "trigger": "auto", "dropped": len(dropped),
+                                      "kept": len(retained_positions), "summary_version": None,
+                                      "summary_erased": True, "compactor_seq": None}
+            conversation.compactions.append(observation.compaction)
+            conversation.summary_key = ""
+        if dropped:
+            self._splits(messages, keys, retained_positions, before, dropped, events)
+
+    def _summary(self, conversation: Conversation, message: dict[str, Any], key: str, observation: Observation,
+                 dropped: list[tuple[int, str]], messages: list[dict[str, Any]], keys: list[str],
+                 first_retained: int) -> None:
+        wrapper = text_of(message.get("content"))
+        compactor = next((s for s in reversed(conversation.side_calls)
+                          if s.reply_text.strip() and s.reply_text.strip() in wrapper), None)
+        text = compactor.reply_text.strip() if compactor else wrapper
+        if compactor is not None:
+            compactor.role = "compactor"
+            for other in conversation.observations:
+                if other.seq == compactor.seq:
+                    other.side_role = "compactor"
+        previous = conversation.summary
+        version = len(conversation.summaries) + 1
+        kind = "summary_replaced" if conversation.summary_key else "summary_inserted"
+        retained = len([k for k in keys[1:] if k in set(conversation.keys)])
+        # Between turns with nothing of the previous request kept: the user asked
+        # for it (an agent's `/compact`); an automatic one fires mid-turn and keeps a tail.
+        new_after = [m.get("role") for m in messages[(2 if messages[0].get("role") in ("system", "developer") else 1):]]
+        manual = retained == 0 and new_after == ["user"]
+        record = {"version": version, "seq": observation.seq, "text": text, "wrapper_chars": len(wrapper),
+                  "compactor_seq": compactor.seq if compactor else None,
+                  "diff": summary_diff(previous, text) if previous else []}
+        conversation.summaries.append(record)
+        observation.events.append(Event(kind, {
+            "version": version, "chars": len(text), "compactor_seq": record["compactor_seq"],
+            "replaces_messages": len(dropped), "diff": record["diff"]}))
+        observation.compaction = {"seq": observation.seq, "trigger": "manual" if manual else "auto",
+                                  "dropped": len(dropped), "kept": retained, "summary_version": version,
+                                  "summary_erased": False, "compactor_seq": record["compactor_seq"]}
+        conversation.compactions.append(observation.compaction)
+        conversation.summary_key = key
+        conversation.summary = text
+
+    def _splits(self, messages: list[dict[str, Any]], keys: list[str], retained: list[int],
+                before: dict[str, dict[str, Any]], dropped: list[tuple[int, str]], events: list[Event]) -> None:
+        if not retained:
+            return
+        first = messages[retained[0]]
+        if first.get("role") != "user":
+            events.append(Event("turn_split", {
+                "first_kept_role": first.get("role"), "first_kept": keys[retained[0]],
+                "detail": "the first kept message answers a user message that was dropped"}))
+        dropped_keys = {k for _, k in dropped}
+        kept_calls = {str(c.get("id")) for i in retained for c in (messages[i].get("tool_calls") or [])
+                      if isinstance(c, dict)}
+        for index in retained:
+            message = messages[index]
+            if message.get("role") == "tool" and str(message.get("tool_call_id")) not in kept_calls:
+                events.append(Event("tool_pair_split", {"tool_call_id": message.get("tool_call_id"),
+                                                        "detail": "result kept, its call dropped"}))
+        for call_id in kept_calls:
+            if f"tool:{call_id}" in dropped_keys:
+                events.append(Event("tool_pair_split", {"tool_call_id": call_id,
+                                                        "detail": "call kept, its result dropped"}))
+
+    @staticmethod
+    def _brief(message: dict[str, Any], key: str) -> dict[str, Any]:
+        content = text_of(message.get("content"))
+        if message.get("tool_calls"):
+            content = (content + " " if content else "") + json.dumps(message["tool_calls"], ensure_ascii=False)
+        return {"key": key, "role": message.get("role", ""), "bytes": byte_size(content), "content": content}
+
+
+def load_recorded_request(data: dict[str, Any], seq: int) -> RecordedRequest:
+    """A request log record: either ``{"body": ..., "response_text": ...}`` or a bare request body."""
+    inner = data.get("body")
+    body: dict[str, Any] = inner if isinstance(inner, dict) else data
+    reply = data.get("response_text") or data.get("reply_text") or ""
+    return RecordedRequest(seq=data["seq"] if isinstance(data.get("seq"), int) else seq,
+                           body=body, reply_text=str(reply),
+                           reply_tool_calls=list(data.get("response_tool_calls") or []),
+                           session_header=str(data.get("session_id") or ""))
