@@ -168,9 +168,10 @@ class Observation:
     message_count: int = 0
     appended: int = 0
     compaction: dict[str, Any] | None = None
+    turn: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "conversation": self.conversation, "side_call": self.side_call,
+        return {"seq": self.seq, "turn": self.turn, "conversation": self.conversation, "side_call": self.side_call,
                 "side_role": self.side_role, "thread": self.thread, "message_count": self.message_count,
                 "appended": self.appended, "compaction": self.compaction,
                 "events": [e.to_dict() for e in self.events]}
@@ -200,6 +201,7 @@ class Conversation:
     side_calls: list[SideCall] = field(default_factory=list)
     requests: list[int] = field(default_factory=list)
     last_reply: dict[str, Any] | None = None
+    turn: int = 0  # user messages seen so far, summaries excluded
     tool_sizes: dict[str, list[tuple[int, int, bool]]] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)
 
@@ -319,7 +321,7 @@ class Observer:
                         first_user_digest=_digest(first_user), reply_text=request.reply_text)
         conversation.side_calls.append(call)
         observation = Observation(seq=request.seq, conversation=conversation.id, side_call=True, side_role="side",
-                                  thread=thread, message_count=len(request.messages))
+                                  thread=thread, message_count=len(request.messages), turn=conversation.turn)
         observation.events.append(Event("side_call", {"thread": thread, "tools": len(tool_names(request.body)),
                                                       "reply_chars": len(request.reply_text)}))
         conversation.observations.append(observation)
@@ -341,11 +343,15 @@ class Observer:
             for message in messages:
                 self._arrival(message, events)
             observation.appended = max(0, len(messages) - 1)
+            conversation.turn = sum(1 for m in messages if m.get("role") == "user")
         for message in messages:
             if message.get("role") == "tool":
                 content = text_of(message.get("content"))
                 conversation.tool_sizes.setdefault(str(message.get("tool_call_id", "")), []).append(
                     (request.seq, byte_size(content), _is_cut_notice(content)))
+        observation.turn = conversation.turn
+        if observation.compaction is not None:
+            observation.compaction["turn"] = conversation.turn
         conversation.messages = messages
         conversation.keys = keys
         conversation.last_reply = ({"role": "assistant", "content": request.reply_text}
@@ -424,6 +430,8 @@ class Observer:
         new_positions = [i for i, k in enumerate(keys) if i > 0 and k not in before
                          and (summary_message is None or i != lead_index)]
         observation.appended = len(new_positions)
+        conversation.turn += sum(1 for i in new_positions if messages[i].get("role") == "user")
+        observation.turn = conversation.turn
         for index in new_positions:
             self._arrival(messages[index], events)
         if dropped:
@@ -516,3 +524,51 @@ def load_recorded_request(data: dict[str, Any], seq: int) -> RecordedRequest:
                            body=body, reply_text=str(reply),
                            reply_tool_calls=list(data.get("response_tool_calls") or []),
                            session_header=str(data.get("session_id") or ""))
+
+
+def requests_report(observer: Observer) -> dict[str, Any]:
+    """What the inference found in a request log, per conversation (JSON-serialisable)."""
+    conversations: list[dict[str, Any]] = []
+    for conversation in observer.conversations.values():
+        counts: dict[str, int] = {}
+        for observation in conversation.observations:
+            for event in observation.events:
+                counts[event.kind] = counts.get(event.kind, 0) + 1
+        trajectories = conversation.tool_trajectories()
+        conversations.append({
+            "id": conversation.id,
+            "requests": len(conversation.requests),
+            "side_calls": len(conversation.side_calls),
+            "compactor_calls": [s.seq for s in conversation.side_calls if s.role == "compactor"],
+            "turns": conversation.turn,
+            "compactions": conversation.compactions,
+            "summaries": [{"version": s["version"], "seq": s["seq"], "chars": len(s["text"]),
+                           "diff_lines": len(s["diff"])} for s in conversation.summaries],
+            "tool_results": len(trajectories),
+            "truncated_tool_results": [
+                {"id": call_id, "sizes": [{"request": seq, "bytes": size, "notice": marked}
+                                          for seq, size, marked in steps]}
+                for call_id, steps in trajectories.items()
+                if len({size for _, size, _ in steps}) > 1 or any(marked for _, _, marked in steps)],
+            "events": counts,
+        })
+    return {"requests": sum(c["requests"] + c["side_calls"] for c in conversations),
+            "conversations": conversations}
+
+
+def render_requests_report(report: dict[str, Any]) -> str:
+    lines = [f"{report['requests']} requests, {len(report['conversations'])} conversation(s)"]
+    for c in report["conversations"]:
+        lines.append(f"{c['id']}: {c['requests']} requests, {c['side_calls']} side calls "
+                     f"(compactor: {', '.join(map(str, c['compactor_calls'])) or 'none'}), {c['turns']} turns")
+        for compaction in c["compactions"]:
+            lines.append(f"  request {compaction['seq']} (turn {compaction.get('turn')}): {compaction['trigger']} "
+                         f"compaction, {compaction['dropped']} dropped, {compaction['kept']} kept, "
+                         + (f"summary v{compaction['summary_version']}" if compaction["summary_version"]
+                            else "summary erased"))
+        lines.append(f"  tool results: {c['tool_results']}, {len(c['truncated_tool_results'])} shortened")
+        for row in c["truncated_tool_results"]:
+            sizes = " -> ".join(f"{s['bytes']}B{'+notice' if s['notice'] else ''} (req {s['request']})"
+                                for s in row["sizes"])
+            lines.append(f"    {row['id']}: {sizes}")
+    return "\n".join(lines)
