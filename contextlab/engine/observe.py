@@ -29,6 +29,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from contextlab.engine.convert.openai import from_openai
+from contextlab.engine.errors import ContextLabError
+from contextlab.engine.tokens import TokenCounter
+from contextlab.engine.trace import SCHEMA, flaw
+
 # Notices agents append when they cut a tool output. Recognised to tell a
 # shortened output with a notice from a silent cut; the cut itself is found by
 # comparing the two versions, whatever the notice says.
@@ -169,6 +174,7 @@ class Observation:
     appended: int = 0
     compaction: dict[str, Any] | None = None
     turn: int = 0
+    trace: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "turn": self.turn, "conversation": self.conversation, "side_call": self.side_call,
@@ -237,9 +243,14 @@ def _is_cut_notice(text: str) -> bool:
 
 
 class Observer:
-    """Feeds requests in the order the agent sent them; keeps every conversation's state."""
+    """Feeds requests in the order the agent sent them; keeps every conversation's state.
 
-    def __init__(self) -> None:
+    With a token counter, each agent request also gets a ``contextlab.trace/1``
+    record (``Observation.trace``) that the dashboard draws like a managed turn.
+    """
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self.counter = counter
         self.conversations: dict[str, Conversation] = {}
         self._threads: dict[tuple[str, str], tuple[str, str]] = {}  # (system, first user) -> (conversation, thread)
         self._by_header: dict[str, str] = {}
@@ -352,6 +363,9 @@ class Observer:
         observation.turn = conversation.turn
         if observation.compaction is not None:
             observation.compaction["turn"] = conversation.turn
+        if self.counter is not None:
+            observation.trace = observed_trace(observation, request, len(conversation.requests) + 1,
+                                               conversation, self.counter)
         conversation.messages = messages
         conversation.keys = keys
         conversation.last_reply = ({"role": "assistant", "content": request.reply_text}
@@ -572,3 +586,139 @@ def render_requests_report(report: dict[str, Any]) -> str:
                                 for s in row["sizes"])
             lines.append(f"    {row['id']}: {sizes}")
     return "\n".join(lines)
+
+
+# -- the trace of an observed request ----------------------------------------------------------
+
+def count_request_tokens(messages: list[dict[str, Any]], counter: TokenCounter) -> dict[str, int]:
+    """Exact tokens of a request's layers: system prompt, summary (the leading message), the rest."""
+    def count(part: list[dict[str, Any]]) -> int:
+        try:
+            return counter.count_messages(from_openai(part, known_calls={
+                str(c.get("id")): "" for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)}))
+        except ContextLabError:
+            # Not a sequence the converter accepts: count the texts alone.
+            return sum(counter.count_text(text_of(m.get("content"))) for m in part)
+
+    system = [m for m in messages[:1] if m.get("role") in ("system", "developer")]
+    rest = messages[len(system):]
+    tools = [m for m in rest if m.get("role") == "tool"]
+    others = [m for m in rest if m.get("role") != "tool"]
+    counts = {"system": count(system) if system else 0, "messages": count(others) if others else 0,
+              "tool_results": count(tools) if tools else 0}
+    counts["total"] = counts["system"] + counts["messages"] + counts["tool_results"]
+    return counts
+
+
+def _step(name: str, status: str, outcome: str, *, numbers: dict[str, Any] | None = None,
+          inputs: dict[str, Any] | None = None, details: dict[str, Any] | None = None,
+          reasons: list[str] | None = None) -> dict[str, Any]:
+    return {"step": name, "status": status, "started_at": "", "duration_ms": 0.0, "inputs": inputs or {},
+            "numbers": numbers or {}, "outcome": outcome, "reasons": reasons or [], "details": details or {}}
+
+
+def observed_trace(observation: Observation, request: RecordedRequest, turn: int, conversation: Conversation,
+                   counter: TokenCounter) -> dict[str, Any]:
+    """The request as a ``contextlab.trace/1`` turn: what the agent's own context manager did before it."""
+    messages = request.messages
+    tokens = count_request_tokens(messages, counter)
+    events = {e.kind: e for e in observation.events}
+    by_kind: dict[str, list[Event]] = {}
+    for event in observation.events:
+        by_kind.setdefault(event.kind, []).append(event)
+    compaction = observation.compaction
+    summary_event = events.get("summary_inserted") or events.get("summary_replaced")
+    summary_tokens = 0
+    if compaction is not None or conversation.summary_key:
+        lead = messages[1] if len(messages) > 1 else {}
+        summary_tokens = counter.count_text(text_of(lead.get("content"))) if conversation.summary_key else 0
+    steps: list[dict[str, Any]] = []
+    steps.append(_step("gate", "ok", "observed: the agent's own context manager decided",
+                       numbers={"system_tokens": tokens["system"], "summary_tokens": summary_tokens,
+                                "messages_tokens": tokens["messages"] + tokens["tool_results"] - summary_tokens,
+                                "message_count": len(messages)},
+                       reasons=[f"request {request.seq}, inferred from the difference with the previous request"]))
+    cuts = by_kind.get("tool_output_shortened", []) + by_kind.get("tool_output_cut_on_arrival", [])
+    rows = [{"tool": e.detail.get("tool_call_id", ""), "message_id": e.detail.get("tool_call_id", ""),
+             "bytes_before": e.detail.get("bytes_before"), "bytes_after": e.detail.get("bytes_after"),
+             "file": e.detail.get("path") or None, "silent": e.detail.get("silent", False),
+             "notice": e.detail.get("notice", "")[:300]} for e in cuts]
+    steps.append(_step(
+        "tool_result_compaction", "fired" if cuts else "ok",
+        f"{len(cuts)} tool output(s) cut by the agent" if cuts else "no tool output cut",
+        numbers={"changed": len(by_kind.get("tool_output_shortened", [])),
+                 "cut_on_arrival": len(by_kind.get("tool_output_cut_on_arrival", []))},
+        details={"changed": rows},
+        reasons=[f"{r['message_id']}: cut with no notice" for r in rows if r["silent"]]))
+    losses: list[dict[str, str]] = []
+    outcome = "no_action"
+    if compaction is not None:
+        dropped = by_kind.get("messages_dropped", [Event("messages_dropped", {"count": 0, "messages": []})])[0]
+        steps.append(_step("context_check", "fired", f"{compaction['dropped']} message(s) left the context",
+                           numbers={"compact_count": compaction["dropped"], "keep_count": compaction["kept"]},
+                           details={"dropped": [m["key"] for m in dropped.detail["messages"]]}))
+        if summary_event is not None:
+            mode = "incremental" if summary_event.kind == "summary_replaced" else "initial"
+            steps.append(_step(
+                "summary", "fired", f"summary v{summary_event.detail['version']} appeared in the request",
+                inputs={"mode": mode, "message_count": compaction["dropped"],
+                        "previous_summary_version": summary_event.detail["version"] - 1 or None,
+                        "compactor": "the agent's own"},
+                numbers={"summary_chars": summary_event.detail["chars"]},
+                details={"compactor": f"side call, request {summary_event.detail['compactor_seq']}"
+                         if summary_event.detail.get("compactor_seq") else "not seen"}))
+            outcome = "compacted"
+        else:
+            steps.append(_step("validity", "failed", "the messages left with no summary in their place",
+                               reasons=["the previous summary was erased"]))
+            losses.append(flaw("failed_summary_drops_messages",
+                               f"request {request.seq}: {compaction['dropped']} messages removed, summary erased"))
+            outcome = "compaction_failed"
+        steps.append(_step("mark_compressed", "fired", f"{compaction['dropped']} message(s) archived by the agent",
+                           numbers={"archived": compaction["dropped"],
+                                    "summary_version": compaction.get("summary_version")}))
+    other = [e for e in observation.events if e.kind in (
+        "turn_split", "tool_pair_split", "system_prompt_changed", "tools_added", "tools_removed")]
+    if other:
+        steps.append(_step("observed_changes", "warning", ", ".join(e.kind.replace("_", " ") for e in other),
+                           reasons=[_describe(e) for e in other]))
+    for event in by_kind.get("turn_split", []):
+        losses.append(flaw("turn_split", f"request {request.seq}: {_describe(event)}"))
+    for event in by_kind.get("tool_pair_split", []):
+        losses.append(flaw("tool_pair_split", f"request {request.seq}: {_describe(event)}"))
+    for row in rows:
+        if row["silent"]:
+            losses.append(flaw("silent_single_line_cut",
+                               f"{row['message_id']}: {row['bytes_before']} -> {row['bytes_after']} bytes"))
+    steps.append(_step("result", "ok", "the request as the agent sent it",
+                       numbers={"total": tokens["total"], "system": tokens["system"], "summary": summary_tokens,
+                                "messages": tokens["messages"] - summary_tokens,
+                                "tool_results": tokens["tool_results"], "message_count": len(messages)}))
+    keys = message_keys(messages)
+    return {
+        "schema": SCHEMA, "turn": turn, "trigger": compaction["trigger"] if compaction else "auto",
+        "policy": "observed", "started_at": "", "finished_at": "", "duration_ms": 0.0,
+        "counter": getattr(counter, "key", ""), "exact": bool(getattr(counter, "exact", False)),
+        "budget": {}, "outcome": outcome, "steps": steps, "flaws_avoided": [], "copaw_losses": losses,
+        "payload": {"message_count": len(messages), "first_message_id": keys[1] if len(keys) > 1 else "",
+                    "last_message_id": keys[-1] if keys else "", "added_ids": [], "removed_ids": [],
+                    "changed_ids": [], "pinned_message_ids": [],
+                    "summary_version": len(conversation.summaries),
+                    "tokens": {"system": tokens["system"], "summary": summary_tokens,
+                               "messages": tokens["messages"] - summary_tokens,
+                               "tool_results": tokens["tool_results"], "total": tokens["total"]}},
+        "error": None, "observed": {"request": request.seq, "events": [e.to_dict() for e in observation.events]},
+    }
+
+
+def _describe(event: Event) -> str:
+    detail = event.detail
+    if event.kind == "turn_split":
+        return f"the first kept message is an {detail.get('first_kept_role')} message; its user message was dropped"
+    if event.kind == "tool_pair_split":
+        return f"{detail.get('tool_call_id')}: {detail.get('detail')}"
+    if event.kind == "system_prompt_changed":
+        return f"system prompt {detail.get('chars_before')} -> {detail.get('chars_after')} characters"
+    if event.kind in ("tools_added", "tools_removed"):
+        return f"{event.kind.replace('_', ' ')}: {', '.join(detail.get('tools') or [])}"
+    return event.kind

@@ -224,3 +224,26 @@ def test_it_infers_nothing_but_arrivals_when_the_agent_only_appends(steps: list[
         assert observation.conversation == "c1" and not observation.side_call
         assert observation.events == [] and observation.compaction is None
     assert observer.conversations["c1"].compactions == []
+
+
+def test_it_writes_a_trace_per_agent_request_with_exact_tokens() -> None:
+    from contextlab.engine.tokens import TiktokenCounter
+
+    counter = TiktokenCounter()
+    observer = Observer(counter=counter)
+    traces = []
+    for record in copaw_requests():
+        observation = observer.observe(load_recorded_request(
+            {k: v for k, v in record.items() if k != "kind"}, record["seq"]))
+        if observation.trace is not None:
+            traces.append(observation.trace)
+    assert len(traces) == 59
+    assert [t["turn"] for t in traces] == list(range(1, 60))
+    assert [t["observed"]["request"] for t in traces if t["outcome"] == "compacted"] == [18, 40, 55, 69]
+    first = traces[0]
+    system = copaw_requests()[0]["body"]["messages"][0]["content"][0]["text"]
+    assert first["payload"]["tokens"]["system"] >= counter.count_text(system)
+    assert first["payload"]["tokens"]["total"] == sum(
+        first["payload"]["tokens"][k] for k in ("system", "summary", "messages", "tool_results"))
+    split = next(t for t in traces if t["observed"]["request"] == 40)
+    assert [loss["name"] for loss in split["copaw_losses"]] == ["turn_split"]
