@@ -130,6 +130,7 @@ class RecordedRequest:
     reply_text: str = ""
     session_header: str = ""
     reply_tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] | None = None  # what the provider said the call cost
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -537,6 +538,7 @@ def load_recorded_request(data: dict[str, Any], seq: int) -> RecordedRequest:
     return RecordedRequest(seq=data["seq"] if isinstance(data.get("seq"), int) else seq,
                            body=body, reply_text=str(reply),
                            reply_tool_calls=list(data.get("response_tool_calls") or []),
+                           usage=data["usage"] if isinstance(data.get("usage"), dict) else None,
                            session_header=str(data.get("session_id") or ""))
 
 
