@@ -22,7 +22,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from contextlab.gateway import services, sse, upstream
+from contextlab.gateway import observe, services, sse, upstream
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,9 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
         provider, api_key = services.provider_for(profile)
     except GatewayError as exc:
         return _error(exc)
+    if observe.is_observed(provider):
+        return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key, body=body,
+                               session_header=session_header, for_server=lambda it: _for_server(request, it))
     exchange = services.exchange_prepare(owner=user, profile=profile, provider=provider, body=body,
                                          session_header=session_header)
     start = time.perf_counter()

@@ -80,9 +80,9 @@ def _engine_role(message: dict[str, Any]) -> str:
 
 
 def observed_session_write(session: AgentSession, requests: list[RecordedRequest],
-                           conversation_id: str | None = None) -> AgentSession:
-    """Rebuild the session's rows from its requests, in one transaction."""
-    observer = observe(requests)
+                           conversation_id: str | None = None, observer: Observer | None = None) -> AgentSession:
+    """Rebuild the session's rows from its requests (already observed by ``observer``), in one transaction."""
+    observer = observer or observe(requests)
     conversation = (observer.conversations.get(conversation_id) if conversation_id
                     else main_conversation(observer))
     by_seq = {r.seq: r for r in requests}
@@ -161,8 +161,14 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
             summary_version=int(trace["payload"].get("summary_version") or 0),
             usage=request.usage))
         last_tokens = int(tokens["total"])
-    for row in rows.values():
-        row.tokens = 0
+    if agent_observations:
+        # Live is what the agent sent last; anything else left, a replaced summary included.
+        last = agent_observations[-1]
+        last_keys = set(message_keys(by_seq[last.seq].messages))
+        for key, row in rows.items():
+            if key not in last_keys and row.status == SessionMessage.Status.LIVE:
+                row.status = SessionMessage.Status.ARCHIVED
+                row.fate.append({"event": "replaced", "request": last.seq})
     Turn.objects.bulk_create(turns)
     SessionMessage.objects.bulk_create(list(rows.values()))
     versions = []
