@@ -592,22 +592,37 @@ def render_requests_report(report: dict[str, Any]) -> str:
 
 # -- the trace of an observed request ----------------------------------------------------------
 
-def count_request_tokens(messages: list[dict[str, Any]], counter: TokenCounter) -> dict[str, int]:
-    """Exact tokens of a request's layers: system prompt, summary (the leading message), the rest."""
-    def count(part: list[dict[str, Any]]) -> int:
-        try:
-            return counter.count_messages(from_openai(part, known_calls={
-                str(c.get("id")): "" for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)}))
-        except ContextLabError:
-            # Not a sequence the converter accepts: count the texts alone.
-            return sum(counter.count_text(text_of(m.get("content"))) for m in part)
+# Tokens of one OpenAI message, by counter and content: a conversation resends the
+# same messages on every request, and the gateway re-reads all of them per call.
+_TOKEN_CACHE: dict[tuple[str, str], int] = {}
+_TOKEN_CACHE_LIMIT = 100_000
 
-    system = [m for m in messages[:1] if m.get("role") in ("system", "developer")]
-    rest = messages[len(system):]
-    tools = [m for m in rest if m.get("role") == "tool"]
-    others = [m for m in rest if m.get("role") != "tool"]
-    counts = {"system": count(system) if system else 0, "messages": count(others) if others else 0,
-              "tool_results": count(tools) if tools else 0}
+
+def _message_tokens(message: dict[str, Any], calls: dict[str, str], counter: TokenCounter) -> int:
+    key = (getattr(counter, "key", type(counter).__name__),
+           _digest(json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)))
+    cached = _TOKEN_CACHE.get(key)
+    if cached is not None:
+        return cached
+    try:
+        count = counter.count_messages(from_openai([message], known_calls=calls))
+    except ContextLabError:
+        # Not a message the converter accepts: count its text alone.
+        count = counter.count_text(text_of(message.get("content")))
+    if len(_TOKEN_CACHE) >= _TOKEN_CACHE_LIMIT:
+        _TOKEN_CACHE.clear()
+    _TOKEN_CACHE[key] = count
+    return count
+
+
+def count_request_tokens(messages: list[dict[str, Any]], counter: TokenCounter) -> dict[str, int]:
+    """Exact tokens of a request's layers: system prompt, the tool results, the other messages."""
+    calls = {str(c.get("id")): "" for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)}
+    counts = {"system": 0, "messages": 0, "tool_results": 0}
+    for index, message in enumerate(messages):
+        layer = ("system" if index == 0 and message.get("role") in ("system", "developer")
+                 else "tool_results" if message.get("role") == "tool" else "messages")
+        counts[layer] += _message_tokens(message, calls, counter)
     counts["total"] = counts["system"] + counts["messages"] + counts["tool_results"]
     return counts
 
