@@ -83,3 +83,13 @@ def test_it_imports_a_workspace_without_requests_as_its_messages(api, tmp_path: 
     assert SessionMessage.objects.filter(session=session, status="archived").count() == 101
     assert session.summary_version == 1 and len(session.summary) == expected["session_summary_chars"]
     assert any("without the request log" in w for w in session.source["warnings"])
+
+
+def test_it_shows_the_agents_memory_files_in_the_memory_page(alice_client, api, tmp_path: Path) -> None:
+    response = api.client.post("/api/v1/imports", {"file": _upload(zip_of(tmp_path / "ws.zip", requests=False))},
+                               headers=api.headers)
+    session = AgentSession.objects.get(pk=response.json()["id"])
+    page = alice_client.get(f"/sessions/{session.pk}/insights/memory/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Flush at request 0017" in text and "Tool Setup" in text

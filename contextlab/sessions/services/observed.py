@@ -35,6 +35,7 @@ from contextlab.engine.importers.copaw_workspace import (
     read_request_folder,
     read_workspace,
 )
+from contextlab.engine.memory import DAILY_DIR, MEMORY_FILE
 from contextlab.engine.messages import block_to_dict
 from contextlab.engine.observe import Conversation, Observer, RecordedRequest, message_keys, text_of
 from contextlab.engine.tokens import TiktokenCounter
@@ -263,13 +264,28 @@ def copaw_workspace_import(*, owner: User, path: Path, title: str = "", file_nam
               "messages": report["live_messages"] + report["archived_messages"], "requests": len(requests),
               "report": {k: report[k] for k in REPORT_KEYS}}
     if requests:
-        return observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
-                                       title=title or f"CoPaw {workspace.folder_name}")
-    session = AgentSession.objects.create(owner=owner, profile=profile, source=source,
-                                          title=(title or f"CoPaw {workspace.folder_name}")[:MAX_TITLE_LENGTH],
-                                          tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
-    _workspace_rows(session, workspace)
+        session = observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
+                                          title=title or f"CoPaw {workspace.folder_name}")
+    else:
+        session = AgentSession.objects.create(
+            owner=owner, profile=profile, source=source,
+            title=(title or f"CoPaw {workspace.folder_name}")[:MAX_TITLE_LENGTH],
+            tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
+        _workspace_rows(session, workspace)
+    _write_memory(session, workspace)
     return session
+
+
+def _write_memory(session: AgentSession, workspace: CopawWorkspace) -> None:
+    """The agent's memory files into the session workspace, where the memory pages read them."""
+    for relative, text in workspace.memory.items():
+        name = PurePosixPath(relative).name
+        if not name.endswith(".md") or name.startswith("."):
+            continue
+        target = (session.workspace / MEMORY_FILE if relative == MEMORY_FILE
+                  else session.workspace / DAILY_DIR / name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
 
 
 def requests_import(*, owner: User, path: Path, title: str = "", file_name: str = "",
