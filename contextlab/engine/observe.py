@@ -291,7 +291,11 @@ class Observer:
         keys = set(message_keys(request.messages)[1:])
         system = request.system_prompt
         best: tuple[int, Conversation] | None = None
+        named_by = {c: h for h, c in self._by_header.items()}
         for conversation in self.conversations.values():
+            if request.session_header and named_by.get(conversation.id, request.session_header) != (
+                    request.session_header):
+                continue  # the client names another conversation, whatever the messages share
             shared = len(keys & set(conversation.keys[1:]))
             if system == conversation.system_prompt and self._leads_with_own_summary(request, conversation):
                 shared += 1

@@ -183,7 +183,26 @@ def _recorded_request(seq: int, call: ObservedCall) -> RecordedRequest:
 
 
 def record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
-    """Store the call and rebuild the session of its conversation; None when it is not part of one."""
+    """Store the call and rebuild the session of its conversation; None when it is not part of one.
+
+    The agent's answer never depends on this: a rebuild that fails is logged and
+    the call stays recorded, so the next call's rebuild includes it.
+    """
+    try:
+        return _record(call, provider)
+    except Exception:
+        log.exception("observed call for profile %s: the session could not be rebuilt", call.profile_id)
+        try:
+            # The rolled-back insert left a primary key behind.
+            if call.pk is None or not ObservedCall.objects.filter(pk=call.pk).exists():
+                call.pk = None
+                call.save()
+        except Exception:
+            log.exception("observed call for profile %s could not be recorded", call.profile_id)
+        return None
+
+
+def _record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
     with transaction.atomic():
         # One profile's calls are taken in the order they finished.
         UpstreamProvider.objects.select_for_update().filter(pk=provider.pk).first()

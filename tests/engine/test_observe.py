@@ -137,6 +137,9 @@ def test_it_keeps_two_conversations_apart_and_follows_the_session_header() -> No
     c = observer.observe(request(3, [SYSTEM, user("Summary: haiku"), user("Turn 2 of the haiku")], header="s-9"))
     d = observer.observe(request(4, [SYSTEM, user("Fresh summary, nothing kept"), user("go")], header="s-9"))
     assert c.conversation == d.conversation
+    # The same messages under another header are another conversation.
+    e = observer.observe(request(5, [SYSTEM, user("Summary: haiku"), user("Turn 2 of the haiku")], header="s-10"))
+    assert e.conversation not in (a.conversation, b.conversation, c.conversation)
 
 
 # -- the 75 requests of a real CoPaw 1.0.2 run ---------------------------------------------------
