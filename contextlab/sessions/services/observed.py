@@ -89,8 +89,12 @@ def observed_session_write(session: AgentSession, requests: list[RecordedRequest
     by_seq = {r.seq: r for r in requests}
     with transaction.atomic():
         locked = AgentSession.objects.select_for_update(of=("self",)).get(pk=session.pk)
-        for model in (Turn, SummaryVersion, SessionMessage, OffloadedFile):
+        # Turns are kept: a request's turn never changes once written, since the
+        # inference reads the requests in order (the gateway adds one per call).
+        for model in (SummaryVersion, SessionMessage, OffloadedFile):
             model.objects.filter(session=locked).delete()
+        if conversation is None:
+            Turn.objects.filter(session=locked).delete()
         if conversation is None:
             locked.save()
             return locked
@@ -170,7 +174,11 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
             if key not in last_keys and row.status == SessionMessage.Status.LIVE:
                 row.status = SessionMessage.Status.ARCHIVED
                 row.fate.append({"event": "replaced", "request": last.seq})
-    Turn.objects.bulk_create(turns)
+    written = dict(Turn.objects.filter(session=session).values_list("number", "trace__observed__request"))
+    stale = [t.number for t in turns if t.number in written and written[t.number] != t.trace["observed"]["request"]]
+    stale += [n for n in written if n > len(turns)]
+    Turn.objects.filter(session=session, number__in=stale).delete()
+    Turn.objects.bulk_create([t for t in turns if t.number not in written or t.number in stale])
     SessionMessage.objects.bulk_create(list(rows.values()))
     versions = []
     for summary in conversation.summaries:
