@@ -149,3 +149,17 @@ def test_it_reports_a_request_folder_from_the_command_line(capsys: pytest.Captur
     assert len(conversation["truncated_tool_results"]) == analysis["tool_results_shrunk_any_way"]
     assert main(["import-requests", str(REQUESTS)]) == 0
     assert "request 55 (turn 23): manual compaction" in capsys.readouterr().out
+
+
+def test_it_counts_an_invalid_compaction_and_names_the_loss(tmp_path: Path, analysis: dict[str, Any]) -> None:
+    workspace = tmp_path / "default"
+    shutil.copytree(WORKSPACE, workspace)
+    for path in workspace.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    (workspace / "compact_invalid_0a1b2c3d.json").write_text(json.dumps({
+        "user_message": "# conversation\n...", "history_compact": "no headings here", "is_valid": False}, indent=2))
+    report = import_copaw_workspace(workspace)[1]
+    assert report["invalid_compactions"] == 1 and report["summary_erased"] == 1
+    assert report["compactions"] == 2  # the invalid one and the evidence of at least one that worked
+    [loss] = [x for x in report["losses"] if x["kind"] == "failed_summary_drops_messages"]
+    assert "compact_invalid_0a1b2c3d.json" in loss["detail"]
