@@ -6,6 +6,7 @@ import json
 
 import httpx2
 import pytest
+from django.test import Client
 
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, AgentSession, Turn
@@ -41,6 +42,11 @@ def test_it_passes_a_completion_unchanged_and_keeps_the_providers_usage(gateway_
     turn = Turn.objects.get(session=session)
     assert turn.usage == USAGE and turn.policy == "observed"
     assert turn.payload_tokens > 0 and turn.payload == body["messages"]
+    browser = Client()
+    browser.force_login(session.owner)
+    page = browser.get(turn.get_absolute_url()).content.decode()
+    assert f'<span data-k="usage-prompt">{USAGE["prompt_tokens"]}</span> prompt' in page
+    assert f"counted here: {turn.payload_tokens}" in page and "request 1, as the agent sent it" in page
 
 
 def test_it_records_an_upstream_failure_but_leaves_it_out_of_the_session(gateway_url, alice_token, observed,
