@@ -1,8 +1,9 @@
-"""The ``contextlab`` command line: ``contextlab replay TRANSCRIPT --out DIR``."""
+"""The ``contextlab`` command line: ``replay``, ``compare``, ``import-copaw`` and ``import-requests``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -40,7 +41,49 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", required=True, help="folder for one sub-folder per policy and comparison.json")
     compare.add_argument("--profile", help="a profile JSON file")
     compare.add_argument("--max-input-length", type=int, help="context window in tokens")
+    copaw = commands.add_parser(
+        "import-copaw",
+        help="read a CoPaw workspace (folder or zip) and report what its context management did",
+        description="Rebuild a CoPaw session's history from its workspace: profile knobs, live and archived "
+        "messages, compactions, truncated tool results and the losses CoPaw is known for.",
+    )
+    copaw.add_argument("workspace", help="the agent's workspace folder, or a zip of it")
+    copaw.add_argument("--requests", help="a folder (or zip) of the agent's recorded LLM requests, which places "
+                       "each compaction on its request")
+    copaw.add_argument("--json", action="store_true", help="print the report as JSON")
+    requests = commands.add_parser(
+        "import-requests",
+        help="infer an agent's own context management from a folder of recorded request bodies",
+        description="Compare each recorded chat-completions request with the previous one of its conversation: "
+        "dropped messages, cut tool outputs, summaries and their diffs, side calls.",
+    )
+    requests.add_argument("folder", help="a folder (or zip) of *.json request bodies or request records")
+    requests.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def run_import_copaw(args: argparse.Namespace) -> int:
+    from contextlab.engine.importers.copaw_workspace import import_copaw_workspace, render_report
+
+    _, report = import_copaw_workspace(args.workspace, args.requests)
+    print(json.dumps(report, ensure_ascii=False, indent=1) if args.json else render_report(report))
+    return 0
+
+
+def run_import_requests(args: argparse.Namespace) -> int:
+    from contextlab.engine.importers.copaw_workspace import (
+        REQUEST_MARKERS,
+        observe_requests,
+        opened_folder,
+        read_request_folder,
+    )
+    from contextlab.engine.observe import render_requests_report, requests_report
+
+    with opened_folder(args.folder, REQUEST_MARKERS) as folder:
+        inner = folder / "requests" if (folder / "requests").is_dir() else folder
+        report = requests_report(observe_requests(read_request_folder(inner)))
+    print(json.dumps(report, ensure_ascii=False, indent=1) if args.json else render_requests_report(report))
+    return 0
 
 
 def _profile(args: argparse.Namespace) -> Profile:
@@ -90,6 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_replay(args)
         if args.command == "compare":
             return run_compare(args)
+        if args.command == "import-copaw":
+            return run_import_copaw(args)
+        if args.command == "import-requests":
+            return run_import_requests(args)
     except ContextLabError as exc:
         print(f"contextlab: error: {exc}", file=sys.stderr)
         return 2

@@ -29,4 +29,4 @@ REDIS_URL="${CONTEXTLAB_TEST_REDIS_URL:-redis://127.0.0.1:6379/14}" \
 CONTEXTLAB_REDIS_PREFIX="contextlab-ci-$$:" \
 CONTEXTLAB_SCALED_TESTS=1 \
   .venv/bin/python -m pytest -q tests/sessions tests/api tests/jobs tests/scaled tests/gateway tests/insights \
-  tests/dashboard "$@"
+  tests/dashboard tests/observed "$@"

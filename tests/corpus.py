@@ -34,3 +34,6 @@ def corpus_path(relative: str) -> Path:
             f"corpus file {path} is missing: set CONTEXTLAB_CORPUS_DIR to the folder holding the raw transcripts"
         )
     return path
+
+# A real CoPaw 1.0.2 run: its workspace, the 75 requests it sent and what happened.
+COPAW_RUN = SHARED / "corpus" / "copaw-1.0.2"

@@ -51,6 +51,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    raw: bytes = b""  # the body's bytes as received
 
     @property
     def user_text(self) -> str:

@@ -350,7 +350,8 @@ def schema(server_url: str) -> dict[str, Any]:
             },
             "/imports": {
                 "post": {
-                    "summary": "Import a recorded transcript (replayed turn by turn) or a session bundle",
+                    "summary": "Import a recorded transcript (replayed turn by turn), a session bundle, "
+                               "or a zip of a CoPaw workspace or of recorded requests (observed)",
                     "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
                         "type": "object", "required": ["file"],
                         "properties": {"file": {"type": "string", "format": "binary"},

@@ -50,6 +50,14 @@ class UpstreamProvider(models.Model):
     identity = models.CharField(
         max_length=32, choices=Identity.choices, default=Identity.SYSTEM_AND_FIRST_USER,
         help_text="what names a conversation when the client sends no X-ContextLab-Session header")
+
+    class Mode(models.TextChoices):
+        MANAGE = "manage", "manage: ContextLab manages the context it sends upstream"
+        OBSERVE = "observe", "observe: forward unchanged, record, infer what the agent's own context manager did"
+
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.MANAGE,
+                            help_text="observe suits an agent that manages its own context (CoPaw, Claude Code, "
+                                      "OpenHands, ...): requests and replies pass byte for byte")
     created = models.DateTimeField(default=now)
     updated = models.DateTimeField(auto_now=True)
 
@@ -164,3 +172,33 @@ class GatewayExchange(models.Model):
     @property
     def failed(self) -> bool:
         return bool(self.error)
+
+
+class ObservedCall(models.Model):
+    """One chat-completions call forwarded unchanged in observe mode: the record the inference reads.
+
+    Sessions of observed agents are derived from these rows (rebuilt on each
+    call), so the rows, not the sessions, are the source of truth.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    profile = models.ForeignKey(AgentProfile, models.CASCADE, related_name="observed_calls")
+    session = models.ForeignKey(AgentSession, models.SET_NULL, null=True, blank=True, related_name="observed_calls")
+    conversation = models.CharField(max_length=64, blank=True, help_text="the inference's conversation id")
+    side_call = models.BooleanField(default=False, help_text="the agent's own context manager calling the LLM")
+    session_header = models.CharField(max_length=300, blank=True)
+    body = models.JSONField(help_text="the request as the agent sent it")
+    reply_text = models.TextField(blank=True)
+    reply_tool_calls = models.JSONField(default=list, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    upstream_ms = models.FloatField(default=0.0)
+    created = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["pk"]
+        indexes = [models.Index(fields=["owner", "profile", "id"], name="observedcall_profile")]
+
+    def __str__(self) -> str:
+        return f"observed call {self.pk} ({self.status_code or '-'})"

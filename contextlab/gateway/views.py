@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.views.decorators.csrf import csrf_exempt
 
 from contextlab import telemetry
-from contextlab.gateway import services, sse, upstream
+from contextlab.gateway import observe, services, sse, upstream
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,9 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
         provider, api_key = services.provider_for(profile)
     except GatewayError as exc:
         return _error(exc)
+    if observe.is_observed(provider):
+        return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key, body=body,
+                               session_header=session_header, for_server=lambda it: _for_server(request, it))
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200],
                                         stream=body.get("stream") is True)
     with telemetry.current(span):

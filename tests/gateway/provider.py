@@ -124,9 +124,9 @@ class Provider:
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
-    def _record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> int:
+    def _record(self, path: str, headers: dict[str, str], body: dict[str, Any], raw: bytes = b"") -> int:
         with self._lock:
-            self.requests.append(Recorded(path, headers, body))
+            self.requests.append(Recorded(path, headers, body, raw))
             return next(self._ids)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -165,7 +165,7 @@ class Provider:
                     body = json.loads(raw or b"{}")
                 except ValueError:
                     body = {"_unparsable": raw.decode("utf-8", "replace")}
-                number = provider._record(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                number = provider._record(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw)
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return

@@ -18,7 +18,8 @@ def root(db) -> Client:
 
 def _form(profile, **values):
     return {"profile": profile.pk, "base_url": "https://llm.example/v1", "api_key_env": "", "api_key": "",
-            "model_map": "{}", "timeout": 60, "extra_headers": "{}", "identity": "system+first_user", **values}
+            "model_map": "{}", "timeout": 60, "extra_headers": "{}", "identity": "system+first_user", "mode": "manage",
+            **values}
 
 
 def test_it_adds_a_provider_and_never_shows_its_key_again(root, small_profile):

@@ -29,6 +29,7 @@ from contextlab.sessions.models import (
 from contextlab.sessions.services.bundles import session_import_bundle
 from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH, PayloadTooLarge
 from contextlab.sessions.services.live_state import live_state_of, run_announce, session_announce
+from contextlab.sessions.services.observed import copaw_workspace_import, requests_import, zip_kind
 from contextlab.sessions.services.persistence import fate_sizes, load_manager, locked_session, persist_step
 from contextlab.sessions.services.runs import (
     IMPORT_TRANSCRIPT,
@@ -85,7 +86,7 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
     source = Path(path)
     with source.open("rb") as fh:
         if fh.read(4) == b"PK\x03\x04":
-            return session_import_bundle(owner=owner, data=source.read_bytes(), profile=profile)
+            return _zip_import(owner=owner, source=source, profile=profile, title=title)
     transcript = load_transcript(source)
     session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
                              title=title or source.name[:MAX_TITLE_LENGTH])
@@ -102,6 +103,16 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
     session.status = AgentSession.Status.ACTIVE
     session.save(update_fields=["status"])
     return session
+
+
+def _zip_import(*, owner: User, source: Path, profile: AgentProfile | None, title: str) -> AgentSession:
+    """A zip is a CoPaw workspace, a folder of recorded requests or a session bundle; none needs a replay."""
+    kind = zip_kind(source)
+    if kind == "copaw_workspace":
+        return copaw_workspace_import(owner=owner, path=source, title=title, file_name=source.name)
+    if kind == "requests":
+        return requests_import(owner=owner, path=source, title=title, file_name=source.name, profile=profile)
+    return session_import_bundle(owner=owner, data=source.read_bytes(), profile=profile)
 
 
 def _replay(session: AgentSession, messages: list[Message],
@@ -145,7 +156,7 @@ def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, up
     source = Path(path)
     with source.open("rb") as fh:
         if fh.read(4) == b"PK\x03\x04":
-            return session_import_bundle(owner=owner, data=source.read_bytes(), profile=profile), None
+            return _zip_import(owner=owner, source=source, profile=profile, title=title), None
     transcript = load_transcript(source)
     with transaction.atomic():
         session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,

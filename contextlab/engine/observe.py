@@ -1,0 +1,745 @@
+"""Infer what an agent's own context manager did, from the requests it sends.
+
+An agent that manages its own context (CoPaw, Claude Code, OpenHands, ...)
+sends the LLM a full message list on every call. Comparing one request of a
+conversation with the next shows what its context manager did in between:
+messages dropped, tool outputs shortened, a summary inserted or replaced, a
+turn split, the system prompt or the tool schemas changed. Nothing here reads
+an agent-specific label; the inference works from the message lists alone.
+
+Conversation identity survives the agent's own compactions (the first user
+message is gone after one): a request continues a conversation when the client
+names the session, or when it keeps part of the conversation's last messages,
+or when its leading message holds the reply of one of the conversation's own
+side calls (the compactor's summary).
+
+Side calls are the agent's context manager calling the LLM for itself (a
+compactor, a memory summariser): a request whose system prompt is not the
+conversation's and whose text quotes the conversation. They belong to the
+conversation they quote, never start a new one; requests that continue a side
+call (same system prompt and first user message) join the same thread.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextlab.engine.convert.openai import from_openai
+from contextlab.engine.errors import ContextLabError
+from contextlab.engine.tokens import TokenCounter
+from contextlab.engine.trace import SCHEMA, flaw
+
+# Notices agents append when they cut a tool output. Recognised to tell a
+# shortened output with a notice from a silent cut; the cut itself is found by
+# comparing the two versions, whatever the notice says.
+_NOTICE = re.compile(r"<<<TRUNCATED>>>|\[(?:output )?truncated|output (?:above )?(?:was|has been) truncated",
+                     re.IGNORECASE)
+_PATH = re.compile(r"file_path=\{?([^\s}'\"]+)|((?:/[\w.\-]+)+/[\w.\-]+\.\w+)")
+_SPACE = re.compile(r"\s+")
+# A side call is recognised by quoting at least one conversation message's
+# opening characters; shorter texts ("ok", "Turn 3") would match by chance.
+QUOTE_CHARS = 60
+MIN_QUOTE_CHARS = 24
+
+
+def text_of(content: Any) -> str:
+    """The text of an OpenAI message content (a string or a list of parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content
+                       if isinstance(part, dict) and part.get("type") in ("text", "input_text", None))
+    return str(content)
+
+
+def byte_size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _squash(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def message_keys(messages: list[dict[str, Any]]) -> list[str]:
+    """A stable identity for each message that survives truncation of tool outputs.
+
+    Tool results are known by their call id, assistant calls by their call ids,
+    other messages by role and text (the n-th equal text gets ``#n``).
+    """
+    keys: list[str] = []
+    seen: dict[str, int] = {}
+    for message in messages:
+        role = str(message.get("role", ""))
+        if role == "tool":
+            key = f"tool:{message.get('tool_call_id', '')}"
+        elif role == "assistant" and message.get("tool_calls"):
+            key = "call:" + ",".join(str(c.get("id", "")) for c in message["tool_calls"] if isinstance(c, dict))
+        else:
+            key = f"{role}:{_digest(text_of(message.get('content')))}"
+        count = seen.get(key, 0)
+        seen[key] = count + 1
+        keys.append(key if count == 0 else f"{key}#{count}")
+    return keys
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    names: list[str] = []
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            names.append(str((function if isinstance(function, dict) else tool).get("name", "")))
+    return names
+
+
+def summary_diff(before: str, after: str) -> list[str]:
+    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), "previous", "current", lineterm=""))
+
+
+def _notice_of(before: str, after: str) -> str:
+    """What the shortened text has that the original does not: the agent's notice."""
+    common = 0
+    for a, b in zip(before, after, strict=False):
+        if a != b:
+            break
+        common += 1
+    return after[common:].strip()
+
+
+def _path_in(notice: str) -> str:
+    match = _PATH.search(notice)
+    return (match.group(1) or match.group(2)) if match else ""
+
+
+@dataclass
+class RecordedRequest:
+    """One chat-completions request as the agent sent it, and the reply it got."""
+
+    seq: int
+    body: dict[str, Any]
+    reply_text: str = ""
+    session_header: str = ""
+    reply_tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] | None = None  # what the provider said the call cost
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for m in self.body.get("messages") or [] if isinstance(m, dict)]
+
+    @property
+    def system_prompt(self) -> str:
+        messages = self.messages
+        return text_of(messages[0].get("content")) if messages and messages[0].get("role") in (
+            "system", "developer") else ""
+
+
+@dataclass
+class Event:
+    """One thing the agent's context manager did between two requests."""
+
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.detail}
+
+
+EVENT_KINDS: tuple[str, ...] = (
+    "messages_dropped", "tool_output_shortened", "tool_output_cut_on_arrival", "summary_inserted",
+    "summary_replaced", "summary_erased", "turn_split", "tool_pair_split", "system_prompt_changed",
+    "tools_added", "tools_removed", "side_call",
+)
+
+
+@dataclass
+class Observation:
+    """What one request tells: which conversation, whether a side call, and the events."""
+
+    seq: int
+    conversation: str
+    side_call: bool
+    side_role: str = ""  # "compactor" once its reply shows up as a summary, else "side"
+    thread: str = ""
+    events: list[Event] = field(default_factory=list)
+    message_count: int = 0
+    appended: int = 0
+    compaction: dict[str, Any] | None = None
+    turn: int = 0
+    trace: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "turn": self.turn, "conversation": self.conversation, "side_call": self.side_call,
+                "side_role": self.side_role, "thread": self.thread, "message_count": self.message_count,
+                "appended": self.appended, "compaction": self.compaction,
+                "events": [e.to_dict() for e in self.events]}
+
+
+@dataclass
+class SideCall:
+    seq: int
+    thread: str
+    system_prompt: str
+    first_user_digest: str
+    reply_text: str
+    role: str = "side"
+
+
+@dataclass
+class Conversation:
+    id: str
+    system_prompt: str
+    tools: list[str]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    summary_key: str = ""
+    summary: str = ""
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    side_calls: list[SideCall] = field(default_factory=list)
+    requests: list[int] = field(default_factory=list)
+    last_reply: dict[str, Any] | None = None
+    turn: int = 0  # user messages seen so far, summaries excluded
+    tool_sizes: dict[str, list[tuple[int, int, bool]]] = field(default_factory=dict)
+    observations: list[Observation] = field(default_factory=list)
+
+    def quotes(self) -> list[str]:
+        """Openings of the conversation's messages that a side call quoting it would contain."""
+        found: list[str] = []
+        for message in self.messages[1:]:
+            text = _squash(text_of(message.get("content")))
+            if len(text) >= MIN_QUOTE_CHARS:
+                found.append(text[:QUOTE_CHARS])
+        return found
+
+    def tool_trajectories(self) -> dict[str, list[tuple[int, int, bool]]]:
+        """Per tool call id: (request, bytes, notice present) each time the size or notice changed."""
+        out: dict[str, list[tuple[int, int, bool]]] = {}
+        for call_id, sizes in self.tool_sizes.items():
+            steps: list[tuple[int, int, bool]] = []
+            for seq, size, marked in sizes:
+                if not steps or steps[-1][1:] != (size, marked):
+                    steps.append((seq, size, marked))
+            out[call_id] = steps
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "requests": self.requests, "compactions": self.compactions,
+                "summaries": self.summaries, "side_calls": [
+                    {"seq": s.seq, "thread": s.thread, "role": s.role} for s in self.side_calls],
+                "tool_trajectories": {k: [list(s) for s in v] for k, v in self.tool_trajectories().items()}}
+
+
+def _is_cut_notice(text: str) -> bool:
+    return bool(_NOTICE.search(text))
+
+
+class Observer:
+    """Feeds requests in the order the agent sent them; keeps every conversation's state.
+
+    With a token counter, each agent request also gets a ``contextlab.trace/1``
+    record (``Observation.trace``) that the dashboard draws like a managed turn.
+    """
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self.counter = counter
+        self.conversations: dict[str, Conversation] = {}
+        self._threads: dict[tuple[str, str], tuple[str, str]] = {}  # (system, first user) -> (conversation, thread)
+        self._by_header: dict[str, str] = {}
+
+    # -- public ------------------------------------------------------------------------
+
+    def observe(self, request: RecordedRequest) -> Observation:
+        messages = request.messages
+        system = request.system_prompt
+        first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        thread_key = (_digest(system), _digest(first_user))
+        if thread_key in self._threads:
+            conversation_id, thread = self._threads[thread_key]
+            if thread:
+                return self._side_call(request, self.conversations[conversation_id], thread, first_user)
+        conversation = self._conversation_for(request)
+        if conversation is None:
+            parent = self._quoted_by(request)
+            if parent is not None:
+                thread = f"{parent.id}/side-{request.seq}"
+                self._threads[thread_key] = (parent.id, thread)
+                return self._side_call(request, parent, thread, first_user)
+            conversation = self._new_conversation(request)
+        if request.session_header:
+            self._by_header[request.session_header] = conversation.id
+        self._threads.setdefault(thread_key, (conversation.id, ""))
+        return self._continue(conversation, request)
+
+    def observe_all(self, requests: list[RecordedRequest]) -> list[Observation]:
+        return [self.observe(r) for r in requests]
+
+    # -- identity ----------------------------------------------------------------------
+
+    def _conversation_for(self, request: RecordedRequest) -> Conversation | None:
+        if request.session_header and request.session_header in self._by_header:
+            return self.conversations[self._by_header[request.session_header]]
+        keys = set(message_keys(request.messages)[1:])
+        system = request.system_prompt
+        best: tuple[int, Conversation] | None = None
+        named_by = {c: h for h, c in self._by_header.items()}
+        for conversation in self.conversations.values():
+            if request.session_header and named_by.get(conversation.id, request.session_header) != (
+                    request.session_header):
+                continue  # the client names another conversation, whatever the messages share
+            shared = len(keys & set(conversation.keys[1:]))
+            if system == conversation.system_prompt and self._leads_with_own_summary(request, conversation):
+                shared += 1
+            if shared and (best is None or shared > best[0]):
+                best = (shared, conversation)
+        return best[1] if best else None
+
+    def _leads_with_own_summary(self, request: RecordedRequest, conversation: Conversation) -> bool:
+        messages = request.messages
+        if len(messages) < 2:
+            return False
+        lead = text_of(messages[1].get("content"))
+        return any(s.reply_text.strip() and s.reply_text.strip() in lead for s in conversation.side_calls)
+
+    def _quoted_by(self, request: RecordedRequest) -> Conversation | None:
+        if not self.conversations:
+            return None
+        text = _squash(" ".join(text_of(m.get("content")) for m in request.messages[1:]))
+        best: tuple[int, Conversation] | None = None
+        for conversation in self.conversations.values():
+            if request.system_prompt == conversation.system_prompt:
+                continue
+            hits = sum(1 for quote in conversation.quotes() if quote in text)
+            if hits and (best is None or hits > best[0]):
+                best = (hits, conversation)
+        return best[1] if best else None
+
+    def _new_conversation(self, request: RecordedRequest) -> Conversation:
+        conversation = Conversation(id=f"c{len(self.conversations) + 1}", system_prompt=request.system_prompt,
+                                    tools=tool_names(request.body))
+        self.conversations[conversation.id] = conversation
+        return conversation
+
+    # -- side calls --------------------------------------------------------------------
+
+    def _side_call(self, request: RecordedRequest, conversation: Conversation, thread: str,
+                   first_user: str) -> Observation:
+        call = SideCall(seq=request.seq, thread=thread, system_prompt=request.system_prompt,
+                        first_user_digest=_digest(first_user), reply_text=request.reply_text)
+        conversation.side_calls.append(call)
+        observation = Observation(seq=request.seq, conversation=conversation.id, side_call=True, side_role="side",
+                                  thread=thread, message_count=len(request.messages), turn=conversation.turn)
+        observation.events.append(Event("side_call", {"thread": thread, "tools": len(tool_names(request.body)),
+                                                      "reply_chars": len(request.reply_text)}))
+        conversation.observations.append(observation)
+        return observation
+
+    # -- the diff between two requests of one conversation -----------------------------
+
+    def _continue(self, conversation: Conversation, request: RecordedRequest) -> Observation:
+        messages = request.messages
+        keys = message_keys(messages)
+        observation = Observation(seq=request.seq, conversation=conversation.id, side_call=False,
+                                  message_count=len(messages))
+        events = observation.events
+        first = not conversation.requests
+        if not first:
+            self._system_and_tools(conversation, request, events)
+            self._changes(conversation, messages, keys, observation)
+        else:
+            for message in messages:
+                self._arrival(message, events)
+            observation.appended = max(0, len(messages) - 1)
+            conversation.turn = sum(1 for m in messages if m.get("role") == "user")
+        for message in messages:
+            if message.get("role") == "tool":
+                content = text_of(message.get("content"))
+                conversation.tool_sizes.setdefault(str(message.get("tool_call_id", "")), []).append(
+                    (request.seq, byte_size(content), _is_cut_notice(content)))
+        observation.turn = conversation.turn
+        if observation.compaction is not None:
+            observation.compaction["turn"] = conversation.turn
+        if self.counter is not None:
+            observation.trace = observed_trace(observation, request, len(conversation.requests) + 1,
+                                               conversation, self.counter)
+        conversation.messages = messages
+        conversation.keys = keys
+        conversation.last_reply = ({"role": "assistant", "content": request.reply_text}
+                                   if request.reply_text and not request.reply_tool_calls else None)
+        conversation.requests.append(request.seq)
+        conversation.observations.append(observation)
+        return observation
+
+    def _system_and_tools(self, conversation: Conversation, request: RecordedRequest, events: list[Event]) -> None:
+        system = request.system_prompt
+        if system != conversation.system_prompt:
+            events.append(Event("system_prompt_changed", {
+                "chars_before": len(conversation.system_prompt), "chars_after": len(system),
+                "diff": summary_diff(conversation.system_prompt, system)}))
+            conversation.system_prompt = system
+        names = tool_names(request.body)
+        added = [n for n in names if n not in conversation.tools]
+        removed = [n for n in conversation.tools if n not in names]
+        if added:
+            events.append(Event("tools_added", {"tools": added}))
+        if removed:
+            events.append(Event("tools_removed", {"tools": removed}))
+        conversation.tools = names
+
+    def _arrival(self, message: dict[str, Any], events: list[Event]) -> None:
+        if message.get("role") != "tool":
+            return
+        content = text_of(message.get("content"))
+        if _is_cut_notice(content):
+            match = _NOTICE.search(content)
+            notice = content[match.start():] if match else ""
+            events.append(Event("tool_output_cut_on_arrival", {
+                "tool_call_id": message.get("tool_call_id", ""), "bytes_after": byte_size(content),
+                "kept_bytes": byte_size(content[:match.start()]) if match else byte_size(content),
+                "notice": notice, "path": _path_in(notice)}))
+
+    def _changes(self, conversation: Conversation, messages: list[dict[str, Any]], keys: list[str],
+                 observation: Observation) -> None:
+        events = observation.events
+        before = dict(zip(conversation.keys, conversation.messages, strict=True))
+        now_keys = set(keys)
+        dropped = [(i, k) for i, k in enumerate(conversation.keys)
+                   if i > 0 and k not in now_keys and k != conversation.summary_key]
+        reply = conversation.last_reply
+        if dropped and reply is not None:
+            # The previous reply was never sent back: it went into the agent's
+            # memory and out again in the same compaction.
+            reply_key = message_keys([reply])[0]
+            if reply_key not in now_keys:
+                before[reply_key] = reply
+                dropped.append((len(conversation.keys), reply_key))
+        retained_positions = [i for i, k in enumerate(keys) if i > 0 and k in before]
+        # Shortened tool outputs among the retained messages.
+        for index in retained_positions:
+            old, new = before[keys[index]], messages[index]
+            if new.get("role") != "tool":
+                continue
+            old_text, new_text = text_of(old.get("content")), text_of(new.get("content"))
+            if byte_size(new_text) < byte_size(old_text):
+                notice = _notice_of(old_text, new_text) if not new_text.startswith(old_text) else ""
+                if not notice and not old_text.startswith(new_text):
+                    notice = _notice_of(old_text, new_text)
+                events.append(Event("tool_output_shortened", {
+                    "tool_call_id": new.get("tool_call_id", ""), "bytes_before": byte_size(old_text),
+                    "bytes_after": byte_size(new_text), "silent": not _is_cut_notice(new_text),
+                    "notice": notice, "path": _path_in(notice)}))
+        # A new leading message that replaces dropped ones is a summary.
+        lead_index = 1 if len(messages) > 1 and messages[0].get("role") in ("system", "developer") else 0
+        summary_message = None
+        first_retained = retained_positions[0] if retained_positions else len(messages)
+        if (dropped and lead_index < len(messages) and keys[lead_index] not in before
+                and lead_index < first_retained and lead_index < len(messages) - 1):
+            summary_message = messages[lead_index]
+        elif conversation.summary_key and conversation.summary_key in now_keys:
+            summary_message = None  # the summary is still there, unchanged
+        new_positions = [i for i, k in enumerate(keys) if i > 0 and k not in before
+                         and (summary_message is None or i != lead_index)]
+        observation.appended = len(new_positions)
+        conversation.turn += sum(1 for i in new_positions if messages[i].get("role") == "user")
+        observation.turn = conversation.turn
+        for index in new_positions:
+            self._arrival(messages[index], events)
+        if dropped:
+            events.append(Event("messages_dropped", {
+                "count": len(dropped), "messages": [self._brief(before[k], k) for _, k in dropped]}))
+        if summary_message is not None:
+            self._summary(conversation, summary_message, keys[lead_index], observation, dropped,
+                          messages, keys, first_retained)
+        elif dropped and conversation.summary_key and conversation.summary_key not in now_keys:
+            events.append(Event("summary_erased", {"version": len(conversation.summaries),
+                                                   "dropped": len(dropped)}))
+            observation.compaction = {"seq": observation.seq, "trigger": "auto", "dropped": len(dropped),
+                                      "kept": len(retained_positions), "summary_version": None,
+                                      "summary_erased": True, "compactor_seq": None}
+            conversation.compactions.append(observation.compaction)
+            conversation.summary_key = ""
+        if dropped:
+            self._splits(messages, keys, retained_positions, before, dropped, events)
+
+    def _summary(self, conversation: Conversation, message: dict[str, Any], key: str, observation: Observation,
+                 dropped: list[tuple[int, str]], messages: list[dict[str, Any]], keys: list[str],
+                 first_retained: int) -> None:
+        wrapper = text_of(message.get("content"))
+        compactor = next((s for s in reversed(conversation.side_calls)
+                          if s.reply_text.strip() and s.reply_text.strip() in wrapper), None)
+        text = compactor.reply_text.strip() if compactor else wrapper
+        if compactor is not None:
+            compactor.role = "compactor"
+            for other in conversation.observations:
+                if other.seq == compactor.seq:
+                    other.side_role = "compactor"
+        previous = conversation.summary
+        version = len(conversation.summaries) + 1
+        kind = "summary_replaced" if conversation.summary_key else "summary_inserted"
+        retained = len([k for k in keys[1:] if k in set(conversation.keys)])
+        # Between turns with nothing of the previous request kept: the user asked
+        # for it (an agent's `/compact`); an automatic one fires mid-turn and keeps a tail.
+        new_after = [m.get("role") for m in messages[(2 if messages[0].get("role") in ("system", "developer") else 1):]]
+        manual = retained == 0 and new_after == ["user"]
+        record = {"version": version, "seq": observation.seq, "text": text, "wrapper_chars": len(wrapper),
+                  "compactor_seq": compactor.seq if compactor else None,
+                  "diff": summary_diff(previous, text) if previous else []}
+        conversation.summaries.append(record)
+        observation.events.append(Event(kind, {
+            "version": version, "chars": len(text), "compactor_seq": record["compactor_seq"],
+            "replaces_messages": len(dropped), "diff": record["diff"]}))
+        observation.compaction = {"seq": observation.seq, "trigger": "manual" if manual else "auto",
+                                  "dropped": len(dropped), "kept": retained, "summary_version": version,
+                                  "summary_erased": False, "compactor_seq": record["compactor_seq"]}
+        conversation.compactions.append(observation.compaction)
+        conversation.summary_key = key
+        conversation.summary = text
+
+    def _splits(self, messages: list[dict[str, Any]], keys: list[str], retained: list[int],
+                before: dict[str, dict[str, Any]], dropped: list[tuple[int, str]], events: list[Event]) -> None:
+        if not retained:
+            return
+        first = messages[retained[0]]
+        if first.get("role") != "user":
+            events.append(Event("turn_split", {
+                "first_kept_role": first.get("role"), "first_kept": keys[retained[0]],
+                "detail": "the first kept message answers a user message that was dropped"}))
+        dropped_keys = {k for _, k in dropped}
+        kept_calls = {str(c.get("id")) for i in retained for c in (messages[i].get("tool_calls") or [])
+                      if isinstance(c, dict)}
+        for index in retained:
+            message = messages[index]
+            if message.get("role") == "tool" and str(message.get("tool_call_id")) not in kept_calls:
+                events.append(Event("tool_pair_split", {"tool_call_id": message.get("tool_call_id"),
+                                                        "detail": "result kept, its call dropped"}))
+        for call_id in kept_calls:
+            if f"tool:{call_id}" in dropped_keys:
+                events.append(Event("tool_pair_split", {"tool_call_id": call_id,
+                                                        "detail": "call kept, its result dropped"}))
+
+    @staticmethod
+    def _brief(message: dict[str, Any], key: str) -> dict[str, Any]:
+        content = text_of(message.get("content"))
+        if message.get("tool_calls"):
+            content = (content + " " if content else "") + json.dumps(message["tool_calls"], ensure_ascii=False)
+        return {"key": key, "role": message.get("role", ""), "bytes": byte_size(content), "content": content}
+
+
+def load_recorded_request(data: dict[str, Any], seq: int) -> RecordedRequest:
+    """A request log record: either ``{"body": ..., "response_text": ...}`` or a bare request body."""
+    inner = data.get("body")
+    body: dict[str, Any] = inner if isinstance(inner, dict) else data
+    reply = data.get("response_text") or data.get("reply_text") or ""
+    return RecordedRequest(seq=data["seq"] if isinstance(data.get("seq"), int) else seq,
+                           body=body, reply_text=str(reply),
+                           reply_tool_calls=list(data.get("response_tool_calls") or []),
+                           usage=data["usage"] if isinstance(data.get("usage"), dict) else None,
+                           session_header=str(data.get("session_id") or ""))
+
+
+def requests_report(observer: Observer) -> dict[str, Any]:
+    """What the inference found in a request log, per conversation (JSON-serialisable)."""
+    conversations: list[dict[str, Any]] = []
+    for conversation in observer.conversations.values():
+        counts: dict[str, int] = {}
+        for observation in conversation.observations:
+            for event in observation.events:
+                counts[event.kind] = counts.get(event.kind, 0) + 1
+        trajectories = conversation.tool_trajectories()
+        conversations.append({
+            "id": conversation.id,
+            "requests": len(conversation.requests),
+            "side_calls": len(conversation.side_calls),
+            "compactor_calls": [s.seq for s in conversation.side_calls if s.role == "compactor"],
+            "turns": conversation.turn,
+            "compactions": conversation.compactions,
+            "summaries": [{"version": s["version"], "seq": s["seq"], "chars": len(s["text"]),
+                           "diff_lines": len(s["diff"])} for s in conversation.summaries],
+            "tool_results": len(trajectories),
+            "truncated_tool_results": [
+                {"id": call_id, "sizes": [{"request": seq, "bytes": size, "notice": marked}
+                                          for seq, size, marked in steps]}
+                for call_id, steps in trajectories.items()
+                if len({size for _, size, _ in steps}) > 1 or any(marked for _, _, marked in steps)],
+            "events": counts,
+        })
+    return {"requests": sum(c["requests"] + c["side_calls"] for c in conversations),
+            "conversations": conversations}
+
+
+def render_requests_report(report: dict[str, Any]) -> str:
+    lines = [f"{report['requests']} requests, {len(report['conversations'])} conversation(s)"]
+    for c in report["conversations"]:
+        lines.append(f"{c['id']}: {c['requests']} requests, {c['side_calls']} side calls "
+                     f"(compactor: {', '.join(map(str, c['compactor_calls'])) or 'none'}), {c['turns']} turns")
+        for compaction in c["compactions"]:
+            lines.append(f"  request {compaction['seq']} (turn {compaction.get('turn')}): {compaction['trigger']} "
+                         f"compaction, {compaction['dropped']} dropped, {compaction['kept']} kept, "
+                         + (f"summary v{compaction['summary_version']}" if compaction["summary_version"]
+                            else "summary erased"))
+        lines.append(f"  tool results: {c['tool_results']}, {len(c['truncated_tool_results'])} shortened")
+        for row in c["truncated_tool_results"]:
+            sizes = " -> ".join(f"{s['bytes']}B{'+notice' if s['notice'] else ''} (req {s['request']})"
+                                for s in row["sizes"])
+            lines.append(f"    {row['id']}: {sizes}")
+    return "\n".join(lines)
+
+
+# -- the trace of an observed request ----------------------------------------------------------
+
+# Tokens of one OpenAI message, by counter and content: a conversation resends the
+# same messages on every request, and the gateway re-reads all of them per call.
+_TOKEN_CACHE: dict[tuple[str, str], int] = {}
+_TOKEN_CACHE_LIMIT = 100_000
+
+
+def _message_tokens(message: dict[str, Any], calls: dict[str, str], counter: TokenCounter) -> int:
+    key = (getattr(counter, "key", type(counter).__name__),
+           _digest(json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)))
+    cached = _TOKEN_CACHE.get(key)
+    if cached is not None:
+        return cached
+    try:
+        count = counter.count_messages(from_openai([message], known_calls=calls))
+    except ContextLabError:
+        # Not a message the converter accepts: count its text alone.
+        count = counter.count_text(text_of(message.get("content")))
+    if len(_TOKEN_CACHE) >= _TOKEN_CACHE_LIMIT:
+        _TOKEN_CACHE.clear()
+    _TOKEN_CACHE[key] = count
+    return count
+
+
+def count_request_tokens(messages: list[dict[str, Any]], counter: TokenCounter) -> dict[str, int]:
+    """Exact tokens of a request's layers: system prompt, the tool results, the other messages."""
+    calls = {str(c.get("id")): "" for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)}
+    counts = {"system": 0, "messages": 0, "tool_results": 0}
+    for index, message in enumerate(messages):
+        layer = ("system" if index == 0 and message.get("role") in ("system", "developer")
+                 else "tool_results" if message.get("role") == "tool" else "messages")
+        counts[layer] += _message_tokens(message, calls, counter)
+    counts["total"] = counts["system"] + counts["messages"] + counts["tool_results"]
+    return counts
+
+
+def _step(name: str, status: str, outcome: str, *, numbers: dict[str, Any] | None = None,
+          inputs: dict[str, Any] | None = None, details: dict[str, Any] | None = None,
+          reasons: list[str] | None = None) -> dict[str, Any]:
+    return {"step": name, "status": status, "started_at": "", "duration_ms": 0.0, "inputs": inputs or {},
+            "numbers": numbers or {}, "outcome": outcome, "reasons": reasons or [], "details": details or {}}
+
+
+def observed_trace(observation: Observation, request: RecordedRequest, turn: int, conversation: Conversation,
+                   counter: TokenCounter) -> dict[str, Any]:
+    """The request as a ``contextlab.trace/1`` turn: what the agent's own context manager did before it."""
+    messages = request.messages
+    tokens = count_request_tokens(messages, counter)
+    events = {e.kind: e for e in observation.events}
+    by_kind: dict[str, list[Event]] = {}
+    for event in observation.events:
+        by_kind.setdefault(event.kind, []).append(event)
+    compaction = observation.compaction
+    summary_event = events.get("summary_inserted") or events.get("summary_replaced")
+    summary_tokens = 0
+    if compaction is not None or conversation.summary_key:
+        lead = messages[1] if len(messages) > 1 else {}
+        summary_tokens = counter.count_text(text_of(lead.get("content"))) if conversation.summary_key else 0
+    steps: list[dict[str, Any]] = []
+    steps.append(_step("gate", "ok", "observed: the agent's own context manager decided",
+                       numbers={"system_tokens": tokens["system"], "summary_tokens": summary_tokens,
+                                "messages_tokens": tokens["messages"] + tokens["tool_results"] - summary_tokens,
+                                "message_count": len(messages)},
+                       reasons=[f"request {request.seq}, inferred from the difference with the previous request"]))
+    cuts = by_kind.get("tool_output_shortened", []) + by_kind.get("tool_output_cut_on_arrival", [])
+    rows = [{"tool": e.detail.get("tool_call_id", ""), "message_id": e.detail.get("tool_call_id", ""),
+             "bytes_before": e.detail.get("bytes_before"), "bytes_after": e.detail.get("bytes_after"),
+             "file": e.detail.get("path") or None, "silent": e.detail.get("silent", False),
+             "notice": e.detail.get("notice", "")[:300]} for e in cuts]
+    steps.append(_step(
+        "tool_result_compaction", "fired" if cuts else "ok",
+        f"{len(cuts)} tool output(s) cut by the agent" if cuts else "no tool output cut",
+        numbers={"changed": len(by_kind.get("tool_output_shortened", [])),
+                 "cut_on_arrival": len(by_kind.get("tool_output_cut_on_arrival", []))},
+        details={"changed": rows},
+        reasons=[f"{r['message_id']}: cut with no notice" for r in rows if r["silent"]]))
+    losses: list[dict[str, str]] = []
+    outcome = "no_action"
+    if compaction is not None:
+        dropped = by_kind.get("messages_dropped", [Event("messages_dropped", {"count": 0, "messages": []})])[0]
+        steps.append(_step("context_check", "fired", f"{compaction['dropped']} message(s) left the context",
+                           numbers={"compact_count": compaction["dropped"], "keep_count": compaction["kept"]},
+                           details={"dropped": [m["key"] for m in dropped.detail["messages"]]}))
+        if summary_event is not None:
+            mode = "incremental" if summary_event.kind == "summary_replaced" else "initial"
+            steps.append(_step(
+                "summary", "fired", f"summary v{summary_event.detail['version']} appeared in the request",
+                inputs={"mode": mode, "message_count": compaction["dropped"],
+                        "previous_summary_version": summary_event.detail["version"] - 1 or None,
+                        "compactor": "the agent's own"},
+                numbers={"summary_chars": summary_event.detail["chars"]},
+                details={"compactor": f"side call, request {summary_event.detail['compactor_seq']}"
+                         if summary_event.detail.get("compactor_seq") else "not seen"}))
+            outcome = "compacted"
+        else:
+            steps.append(_step("validity", "failed", "the messages left with no summary in their place",
+                               reasons=["the previous summary was erased"]))
+            losses.append(flaw("failed_summary_drops_messages",
+                               f"request {request.seq}: {compaction['dropped']} messages removed, summary erased"))
+            outcome = "compaction_failed"
+        steps.append(_step("mark_compressed", "fired", f"{compaction['dropped']} message(s) archived by the agent",
+                           numbers={"archived": compaction["dropped"],
+                                    "summary_version": compaction.get("summary_version")}))
+    other = [e for e in observation.events if e.kind in (
+        "turn_split", "tool_pair_split", "system_prompt_changed", "tools_added", "tools_removed")]
+    if other:
+        steps.append(_step("observed_changes", "warning", ", ".join(e.kind.replace("_", " ") for e in other),
+                           reasons=[_describe(e) for e in other]))
+    for event in by_kind.get("turn_split", []):
+        losses.append(flaw("turn_split", f"request {request.seq}: {_describe(event)}"))
+    for event in by_kind.get("tool_pair_split", []):
+        losses.append(flaw("tool_pair_split", f"request {request.seq}: {_describe(event)}"))
+    for row in rows:
+        if row["silent"]:
+            losses.append(flaw("silent_single_line_cut",
+                               f"{row['message_id']}: {row['bytes_before']} -> {row['bytes_after']} bytes"))
+    steps.append(_step("result", "ok", "the request as the agent sent it",
+                       numbers={"total": tokens["total"], "system": tokens["system"], "summary": summary_tokens,
+                                "messages": tokens["messages"] - summary_tokens,
+                                "tool_results": tokens["tool_results"], "message_count": len(messages)}))
+    keys = message_keys(messages)
+    return {
+        "schema": SCHEMA, "turn": turn, "trigger": compaction["trigger"] if compaction else "auto",
+        "policy": "observed", "started_at": "", "finished_at": "", "duration_ms": 0.0,
+        "counter": getattr(counter, "key", ""), "exact": bool(getattr(counter, "exact", False)),
+        "budget": {}, "outcome": outcome, "steps": steps, "flaws_avoided": [], "copaw_losses": losses,
+        "payload": {"message_count": len(messages), "first_message_id": keys[1] if len(keys) > 1 else "",
+                    "last_message_id": keys[-1] if keys else "", "added_ids": [], "removed_ids": [],
+                    "changed_ids": [], "pinned_message_ids": [],
+                    "summary_version": len(conversation.summaries),
+                    "tokens": {"system": tokens["system"], "summary": summary_tokens,
+                               "messages": tokens["messages"] - summary_tokens,
+                               "tool_results": tokens["tool_results"], "total": tokens["total"]}},
+        "error": None, "observed": {"request": request.seq, "events": [e.to_dict() for e in observation.events]},
+    }
+
+
+def _describe(event: Event) -> str:
+    detail = event.detail
+    if event.kind == "turn_split":
+        return f"the first kept message is an {detail.get('first_kept_role')} message; its user message was dropped"
+    if event.kind == "tool_pair_split":
+        return f"{detail.get('tool_call_id')}: {detail.get('detail')}"
+    if event.kind == "system_prompt_changed":
+        return f"system prompt {detail.get('chars_before')} -> {detail.get('chars_after')} characters"
+    if event.kind in ("tools_added", "tools_removed"):
+        return f"{event.kind.replace('_', ' ')}: {', '.join(detail.get('tools') or [])}"
+    return event.kind

@@ -1,0 +1,247 @@
+"""Observe mode: the agent manages its own context; ContextLab forwards, records and explains.
+
+The request goes upstream as the agent's bytes (no model mapping, no hook, no
+usage stripping) and the provider's answer comes back as its bytes. Each
+finished call is recorded (``ObservedCall``); then the inference runs over the
+profile's recorded calls in order and the session of the call's conversation is
+rebuilt from it, so the dashboard draws what the agent's own context manager
+did. The provider call holds no transaction and no lock; the rebuild holds the
+provider row's lock only for database work, so calls of one profile are
+recorded and rebuilt one after the other.
+
+A call that failed upstream is recorded for the record but left out of the
+inference: the agent never saw a reply, and its retry is the call that counts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx2
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+
+from contextlab import telemetry
+from contextlab.engine.observe import RecordedRequest
+from contextlab.gateway import sse, upstream
+from contextlab.gateway.models import ObservedCall, UpstreamProvider
+from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.sessions.services.observed import observe, observed_session_write
+
+log = logging.getLogger(__name__)
+
+TITLE_CHARS = 80
+
+
+def is_observed(provider: UpstreamProvider) -> bool:
+    return provider.mode == UpstreamProvider.Mode.OBSERVE
+
+
+def _post_raw(provider: UpstreamProvider, api_key: str, data: bytes, *, stream: bool,
+              trace_headers: dict[str, str]) -> httpx2.Response:
+    http = upstream.client()
+    request = http.build_request("POST", provider.chat_url, content=data,
+                                 headers={**upstream._headers(provider, api_key, stream=stream), **trace_headers},
+                                 timeout=upstream._timeout(provider))
+    return http.send(request, stream=stream)
+
+
+def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
+            body: dict[str, Any], session_header: str,
+            for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]]) -> HttpResponseBase:
+    """Send the agent's bytes upstream and its answer back; record the call.
+
+    ``for_server`` adapts the relayed stream to the server (WSGI or ASGI)."""
+    stream = body.get("stream") is True
+    call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300])
+    start = time.perf_counter()
+    try:
+        answer = _post_raw(provider, api_key, request.body, stream=stream,
+                           trace_headers=telemetry.upstream_trace_headers(request.headers, None))
+    except httpx2.TimeoutException as exc:
+        return _failed(call, start, 504, f"the upstream provider did not answer within {provider.timeout:g} s "
+                                         f"({type(exc).__name__})", "upstream_timeout")
+    except httpx2.RequestError as exc:
+        return _failed(call, start, 502, f"the upstream provider could not be reached: {type(exc).__name__}: {exc}",
+                       "upstream_unreachable")
+    if stream and answer.status_code == 200:
+        streaming = StreamingHttpResponse(for_server(_relay(answer, call, start)), status=200,
+                                         content_type=answer.headers.get("content-type", "text/event-stream"))
+        for name, value in upstream.passed_headers(answer).items():
+            if name.lower() != "content-type":
+                streaming[name] = value
+        streaming["Cache-Control"] = "no-cache"
+        streaming["X-Accel-Buffering"] = "no"
+        streaming["X-ContextLab-Managed"] = "false"
+        return streaming
+    try:
+        content = answer.read()
+    except httpx2.HTTPError as exc:
+        return _failed(call, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
+    finally:
+        answer.close()
+    call.status_code = answer.status_code
+    call.upstream_ms = (time.perf_counter() - start) * 1000
+    if answer.status_code == 200:
+        _reply_from_completion(call, content)
+    session = record(call, provider)
+    response = upstream.passthrough(answer, content)
+    response["X-ContextLab-Managed"] = "false"
+    if session is not None:
+        response["X-ContextLab-Session"] = str(session.pk)
+    return response
+
+
+def _failed(call: ObservedCall, start: float, status: int, message: str, code: str) -> HttpResponse:
+    call.status_code = status
+    call.error = message
+    call.upstream_ms = (time.perf_counter() - start) * 1000
+    call.save()
+    response = upstream.openai_error(status, message, type="server_error", code=code)
+    response["X-ContextLab-Managed"] = "false"
+    return response
+
+
+def _reply_from_completion(call: ObservedCall, content: bytes) -> None:
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return
+    choices = data.get("choices") if isinstance(data, dict) else None
+    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(
+        choices[0], dict) else None
+    if isinstance(message, dict):
+        _set_reply(call, message)
+    usage = data.get("usage") if isinstance(data, dict) else None
+    call.usage = usage if isinstance(usage, dict) else None
+
+
+def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
+    content = message.get("content")
+    call.reply_text = content if isinstance(content, str) else ""
+    calls = message.get("tool_calls")
+    call.reply_tool_calls = calls if isinstance(calls, list) else []
+
+
+def _relay(answer: httpx2.Response, call: ObservedCall, start: float) -> Iterator[bytes]:
+    """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
+    chunk holding ``[DONE]`` goes out, so the agent's next call finds it."""
+    builder = sse.ReplyBuilder()
+    pending = b""
+    recorded = False
+    provider = _provider_of(call)
+    try:
+        for chunk in answer.iter_bytes():
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            done = False
+            for line in complete:
+                line = line.rstrip(b"\r")
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                try:
+                    builder.add(json.loads(payload))
+                except ValueError:
+                    continue
+            if done and not recorded:
+                _finish(call, builder, start, "")
+                record(call, provider)
+                recorded = True
+            yield chunk
+    except httpx2.HTTPError as exc:
+        call.error = f"the upstream stream broke off: {type(exc).__name__}: {exc}"
+    finally:
+        answer.close()
+        if not recorded:
+            _finish(call, builder, start, call.error or ("" if builder.complete else "the stream ended early"))
+            record(call, provider)
+
+
+def _provider_of(call: ObservedCall) -> UpstreamProvider:
+    return UpstreamProvider.objects.get(profile_id=call.profile_id)
+
+
+def _finish(call: ObservedCall, builder: sse.ReplyBuilder, start: float, error: str) -> None:
+    call.status_code = 200
+    call.error = error
+    call.upstream_ms = (time.perf_counter() - start) * 1000
+    if builder.complete and not error:
+        _set_reply(call, builder.message())
+        call.usage = builder.usage
+
+
+def _recorded_request(seq: int, call: ObservedCall) -> RecordedRequest:
+    return RecordedRequest(seq=seq, body=call.body if isinstance(call.body, dict) else {},
+                           reply_text=call.reply_text, session_header=call.session_header,
+                           reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage)
+
+
+def record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
+    """Store the call and rebuild the session of its conversation; None when it is not part of one.
+
+    The agent's answer never depends on this: a rebuild that fails is logged and
+    the call stays recorded, so the next call's rebuild includes it.
+    """
+    try:
+        return _record(call, provider)
+    except Exception:
+        log.exception("observed call for profile %s: the session could not be rebuilt", call.profile_id)
+        try:
+            # The rolled-back insert left a primary key behind.
+            if call.pk is None or not ObservedCall.objects.filter(pk=call.pk).exists():
+                call.pk = None
+                call.save()
+        except Exception:
+            log.exception("observed call for profile %s could not be recorded", call.profile_id)
+        return None
+
+
+def _record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
+    with transaction.atomic():
+        # One profile's calls are taken in the order they finished.
+        UpstreamProvider.objects.select_for_update().filter(pk=provider.pk).first()
+        call.save()
+        if call.status_code != 200 or call.error:
+            return None
+        calls = list(ObservedCall.objects.filter(owner_id=call.owner_id, profile_id=call.profile_id,
+                                                 status_code=200, error="").order_by("pk"))
+        requests = [_recorded_request(seq, c) for seq, c in enumerate(calls, start=1)]
+        observer = observe(requests)
+        seq = next(i for i, c in enumerate(calls, start=1) if c.pk == call.pk)
+        conversation = next(
+            (c for c in observer.conversations.values()
+             if seq in c.requests or any(s.seq == seq for s in c.side_calls)), None)
+        if conversation is None:
+            return None
+        call.conversation = conversation.id
+        call.side_call = seq not in conversation.requests
+        session = _session_for(call, conversation.id, requests[conversation.requests[0] - 1])
+        call.session = session
+        call.save(update_fields=["conversation", "side_call", "session"])
+        return observed_session_write(session, requests, conversation.id, observer)
+
+
+def _session_for(call: ObservedCall, conversation_id: str, first: RecordedRequest) -> AgentSession:
+    found = (AgentSession.objects.filter(owner_id=call.owner_id, profile_id=call.profile_id,
+                                         source__format="observed", source__conversation=conversation_id)
+             .order_by("created").first())
+    if found is not None:
+        return found
+    opening = next((m for m in first.messages if m.get("role") == "user"), {})
+    content = opening.get("content")
+    text = content if isinstance(content, str) else " ".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    profile = call.profile
+    return AgentSession.objects.create(
+        owner_id=call.owner_id, profile=profile, title=" ".join(text.split())[:TITLE_CHARS] or "Observed agent",
+        source={"format": "observed", "conversation": conversation_id, "warnings": []},
+        tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)

@@ -1,0 +1,327 @@
+"""Sessions of agents whose context ContextLab does not manage, built from what the agent sent.
+
+The observe inference (``contextlab.engine.observe``) compares each request of a
+conversation with the previous one; this writes its findings as the same rows a
+managed session has, so the decision flow, the truncation ledger, the message
+fate, the payload view, the summary diff and search draw them unchanged: one
+``Turn`` per agent request (its trace and the exact request), one
+``SummaryVersion`` per summary the agent inserted, one ``SessionMessage`` per
+message it ever sent, with where it ended.
+
+A session is rebuilt whole from its requests (``observed_session_write``): the
+requests are the record, the rows are derived, and rebuilding keeps them
+consistent however the requests came (an import, or the gateway in observe mode).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from contextlab.engine.convert.openai import from_openai
+from contextlab.engine.errors import ContextLabError, MalformedInput
+from contextlab.engine.importers.copaw_workspace import (
+    MAX_MEMBERS,
+    REPORT_KEYS,
+    REQUEST_MARKERS,
+    WORKSPACE_MARKERS,
+    CopawWorkspace,
+    analyse,
+    opened_folder,
+    read_request_folder,
+    read_workspace,
+)
+from contextlab.engine.memory import DAILY_DIR, MEMORY_FILE
+from contextlab.engine.messages import block_to_dict
+from contextlab.engine.observe import Conversation, Observer, RecordedRequest, message_keys, text_of
+from contextlab.engine.tokens import TiktokenCounter
+from contextlab.sessions.models import (
+    PROFILE_KNOBS,
+    AgentProfile,
+    AgentSession,
+    OffloadedFile,
+    SessionMessage,
+    SummaryVersion,
+    Turn,
+)
+from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH
+from contextlab.sessions.services.profiles import profile_default
+
+OBSERVED_POLICY = "observed"
+
+
+def observe(requests: list[RecordedRequest]) -> Observer:
+    observer = Observer(counter=TiktokenCounter())
+    for request in requests:
+        observer.observe(request)
+    return observer
+
+
+def main_conversation(observer: Observer) -> Conversation | None:
+    """The conversation with the most agent requests (side calls are part of it)."""
+    agents = [c for c in observer.conversations.values() if c.requests]
+    return max(agents, key=lambda c: len(c.requests)) if agents else None
+
+
+def _blocks(message: dict[str, Any], calls: dict[str, str]) -> list[dict[str, Any]]:
+    try:
+        [parsed] = from_openai([message], known_calls=calls)
+    except (ContextLabError, ValueError):
+        return [{"type": "text", "text": text_of(message.get("content"))}]
+    return [block_to_dict(b) for b in parsed.content]
+
+
+def _engine_role(message: dict[str, Any]) -> str:
+    role = str(message.get("role", ""))
+    return "system" if role == "tool" else role[:16]
+
+
+def observed_session_write(session: AgentSession, requests: list[RecordedRequest],
+                           conversation_id: str | None = None, observer: Observer | None = None) -> AgentSession:
+    """Rebuild the session's rows from its requests (already observed by ``observer``), in one transaction."""
+    observer = observer or observe(requests)
+    conversation = (observer.conversations.get(conversation_id) if conversation_id
+                    else main_conversation(observer))
+    by_seq = {r.seq: r for r in requests}
+    with transaction.atomic():
+        locked = AgentSession.objects.select_for_update(of=("self",)).get(pk=session.pk)
+        # Turns are kept: a request's turn never changes once written, since the
+        # inference reads the requests in order (the gateway adds one per call).
+        for model in (SummaryVersion, SessionMessage, OffloadedFile):
+            model.objects.filter(session=locked).delete()
+        if conversation is None:
+            Turn.objects.filter(session=locked).delete()
+        if conversation is None:
+            locked.save()
+            return locked
+        _write(locked, conversation, by_seq)
+    return locked
+
+
+def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, RecordedRequest]) -> None:
+    turns: list[Turn] = []
+    rows: dict[str, SessionMessage] = {}
+    calls: dict[str, str] = {}
+    turn_of_seq: dict[int, int] = {}
+    last_tokens = 0
+    agent_observations = [o for o in conversation.observations if not o.side_call and o.trace is not None]
+    for observation in agent_observations:
+        trace = observation.trace
+        assert trace is not None
+        request = by_seq[observation.seq]
+        number = int(trace["turn"])
+        turn_of_seq[observation.seq] = number
+        messages = request.messages
+        for message in messages:
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    calls[str(call.get("id"))] = str((call.get("function") or {}).get("name", ""))
+        for key, message in zip(message_keys(messages), messages, strict=True):
+            blocks = _blocks(message, calls)
+            row = rows.get(key)
+            if row is None:
+                row = SessionMessage(session=session, message_id=key[:200], seq=len(rows) + 1,
+                                     role=_engine_role(message), content=blocks, current_content=blocks,
+                                     fate=[{"event": "sent", "turn": number, "request": observation.seq}])
+                rows[key] = row
+            elif blocks != row.current_content:
+                row.current_content = blocks
+        for event in observation.events:
+            if event.kind in ("tool_output_shortened", "tool_output_cut_on_arrival"):
+                key = f"tool:{event.detail.get('tool_call_id', '')}"
+                if key in rows:
+                    rows[key].truncated_stage = 1 if event.kind == "tool_output_cut_on_arrival" else 2
+                    rows[key].truncated_turn = number
+                    rows[key].fate.append({"event": "truncated", "turn": number, "request": observation.seq,
+                                           "stage": rows[key].truncated_stage,
+                                           "bytes_before": event.detail.get("bytes_before"),
+                                           "bytes_after": event.detail.get("bytes_after"),
+                                           "file": event.detail.get("path", ""),
+                                           "silent": event.detail.get("silent", False)})
+            if event.kind == "messages_dropped":
+                version = (observation.compaction or {}).get("summary_version")
+                for dropped in event.detail["messages"]:
+                    row = rows.get(dropped["key"])
+                    if row is None:  # the agent's reply, never sent back before it was compacted
+                        blocks = [{"type": "text", "text": dropped["content"]}]
+                        row = SessionMessage(session=session, message_id=dropped["key"][:200], seq=len(rows) + 1,
+                                             role=dropped["role"][:16], content=blocks, current_content=blocks,
+                                             fate=[])
+                        rows[dropped["key"]] = row
+                    row.status = SessionMessage.Status.ARCHIVED
+                    row.compacted_turn = number
+                    row.summary_version = version
+                    row.fate.append({"event": "compacted", "turn": number, "request": observation.seq,
+                                     "summary_version": version})
+        tokens = trace["payload"]["tokens"]
+        compaction = observation.compaction or {}
+        turns.append(Turn(
+            session=session, number=number, trigger=trace["trigger"], outcome=trace["outcome"],
+            policy=OBSERVED_POLICY, trace=trace, payload=messages, used_tokens=int(tokens["total"]),
+            payload_tokens=int(tokens["total"]), compacted_count=int(compaction.get("dropped") or 0),
+            summary_version=int(trace["payload"].get("summary_version") or 0),
+            usage=request.usage))
+        last_tokens = int(tokens["total"])
+    if agent_observations:
+        # Live is what the agent sent last; anything else left, a replaced summary included.
+        last = agent_observations[-1]
+        last_keys = set(message_keys(by_seq[last.seq].messages))
+        for key, row in rows.items():
+            if key not in last_keys and row.status == SessionMessage.Status.LIVE:
+                row.status = SessionMessage.Status.ARCHIVED
+                row.fate.append({"event": "replaced", "request": last.seq})
+    written = dict(Turn.objects.filter(session=session).values_list("number", "trace__observed__request"))
+    stale = [t.number for t in turns if t.number in written and written[t.number] != t.trace["observed"]["request"]]
+    stale += [n for n in written if n > len(turns)]
+    Turn.objects.filter(session=session, number__in=stale).delete()
+    Turn.objects.bulk_create([t for t in turns if t.number not in written or t.number in stale])
+    SessionMessage.objects.bulk_create(list(rows.values()))
+    versions = []
+    for summary in conversation.summaries:
+        compaction = next((c for c in conversation.compactions if c.get("summary_version") == summary["version"]), {})
+        versions.append(SummaryVersion(
+            session=session, version=summary["version"], text=summary["text"],
+            turn=turn_of_seq.get(summary["seq"], 0), trigger=str(compaction.get("trigger", "")),
+            compactor=f"agent (request {summary['compactor_seq']})" if summary.get("compactor_seq") else "agent",
+            compacted_ids=[k for k, r in rows.items() if r.summary_version == summary["version"]]))
+    SummaryVersion.objects.bulk_create(versions)
+    files: dict[str, OffloadedFile] = {}
+    for observation in agent_observations:
+        for event in observation.events:
+            path = str(event.detail.get("path") or "")
+            if event.kind in ("tool_output_shortened", "tool_output_cut_on_arrival") and path:
+                files[path[:300]] = OffloadedFile(
+                    session=session, path=path[:300], message_id=f"tool:{event.detail.get('tool_call_id', '')}",
+                    stage=1 if event.kind == "tool_output_cut_on_arrival" else 2,
+                    bytes=int(event.detail.get("bytes_before") or 0),
+                    kept_bytes=int(event.detail.get("kept_bytes") or event.detail.get("bytes_after") or 0),
+                    sha256="", referenced=True)
+    OffloadedFile.objects.bulk_create(list(files.values()))
+    session.system_prompt = conversation.system_prompt
+    session.summary = conversation.summary
+    session.summary_version = len(conversation.summaries)
+    session.turns_count = len(turns)
+    session.compactions_count = sum(1 for c in conversation.compactions if not c["summary_erased"])
+    session.failures_count = sum(1 for c in conversation.compactions if c["summary_erased"])
+    session.messages_count = len(rows)
+    session.live_count = sum(1 for r in rows.values() if r.status == SessionMessage.Status.LIVE)
+    session.tokens_used = last_tokens
+    session.last_activity = timezone.now()
+    session.save()
+
+
+def observed_session_create(*, owner: User, requests: list[RecordedRequest], title: str,
+                            source: dict[str, Any], profile: AgentProfile | None = None) -> AgentSession:
+    """A new session holding what the inference found in ``requests``."""
+    profile = profile or profile_default(owner=owner)
+    session = AgentSession.objects.create(
+        owner=owner, profile=profile, title=title[:MAX_TITLE_LENGTH], source=source,
+        tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
+    return observed_session_write(session, requests)
+
+
+# -- imports: a CoPaw workspace, a folder of requests ------------------------------------------
+
+def _copaw_profile(owner: User, name: str, knobs: dict[str, Any]) -> AgentProfile:
+    profile, _ = AgentProfile.objects.update_or_create(owner=owner, name=name[:100], defaults=knobs)
+    return profile
+
+
+def _workspace_rows(session: AgentSession, workspace: CopawWorkspace) -> None:
+    """Without a request log: the archived and live messages and the current summary, as the workspace holds them."""
+    rows: list[SessionMessage] = []
+    located = [(a["message"], SessionMessage.Status.ARCHIVED, a["file"], a["line"]) for a in workspace.archived]
+    located += [(m, SessionMessage.Status.LIVE, "", None) for m in workspace.live_messages]
+    for index, (message, status, file, line) in enumerate(located, start=1):
+        content = message.get("content")
+        blocks = ([b for b in content if isinstance(b, dict)] if isinstance(content, list)
+                  else [{"type": "text", "text": str(content or "")}])
+        rows.append(SessionMessage(session=session, message_id=str(message.get("id") or f"m{index}")[:200],
+                                   seq=index, role=str(message.get("role", ""))[:16],
+                                   name=str(message.get("name") or ""), timestamp=str(message.get("timestamp") or ""),
+                                   content=blocks, current_content=blocks, status=status, archive_file=file,
+                                   archive_line=line))
+    SessionMessage.objects.bulk_create(rows)
+    if workspace.summary:
+        SummaryVersion.objects.create(session=session, version=1, text=workspace.summary, turn=0, trigger="",
+                                      compactor="agent", compacted_ids=[])
+    session.summary = workspace.summary
+    session.summary_version = 1 if workspace.summary else 0
+    session.messages_count = len(rows)
+    session.live_count = len(workspace.live_messages)
+    session.system_prompt = workspace.system_prompt
+    session.save()
+
+
+def copaw_workspace_import(*, owner: User, path: Path, title: str = "", file_name: str = "") -> AgentSession:
+    """A CoPaw workspace (folder or zip, with its ``requests/`` log inside when there is one) as a session."""
+    with opened_folder(path, WORKSPACE_MARKERS) as folder:
+        if not any((folder / n).exists() for n in WORKSPACE_MARKERS):
+            raise MalformedInput("not a CoPaw workspace: no agent.json, sessions/ or dialog/", field="file")
+        workspace = read_workspace(folder)
+        request_dir = next((d for d in (folder / "requests", folder.parent / "requests") if d.is_dir()), None)
+        requests = read_request_folder(request_dir) if request_dir is not None else []
+    report = analyse(workspace, observe(requests) if requests else None)
+    profile = _copaw_profile(owner, f"CoPaw {workspace.folder_name}", {
+        k: v for k, v in workspace.profile.items() if k in PROFILE_KNOBS})
+    source = {"format": "copaw_workspace", "file": file_name or path.name, "warnings": report["warnings"][:100],
+              "messages": report["live_messages"] + report["archived_messages"], "requests": len(requests),
+              "report": {k: report[k] for k in REPORT_KEYS}}
+    if requests:
+        session = observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
+                                          title=title or f"CoPaw {workspace.folder_name}")
+    else:
+        session = AgentSession.objects.create(
+            owner=owner, profile=profile, source=source,
+            title=(title or f"CoPaw {workspace.folder_name}")[:MAX_TITLE_LENGTH],
+            tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
+        _workspace_rows(session, workspace)
+    _write_memory(session, workspace)
+    return session
+
+
+def _write_memory(session: AgentSession, workspace: CopawWorkspace) -> None:
+    """The agent's memory files into the session workspace, where the memory pages read them."""
+    for relative, text in workspace.memory.items():
+        name = PurePosixPath(relative).name
+        if not name.endswith(".md") or name.startswith("."):
+            continue
+        target = (session.workspace / MEMORY_FILE if relative == MEMORY_FILE
+                  else session.workspace / DAILY_DIR / name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def requests_import(*, owner: User, path: Path, title: str = "", file_name: str = "",
+                    profile: AgentProfile | None = None) -> AgentSession:
+    """A folder (or zip) of recorded request bodies, as the session of its main conversation."""
+    with opened_folder(path, REQUEST_MARKERS) as folder:
+        inner = folder / "requests" if (folder / "requests").is_dir() else folder
+        requests = read_request_folder(inner)
+    observer = observe(requests)
+    source = {"format": "requests", "file": file_name or path.name, "requests": len(requests),
+              "messages": len(requests), "conversations": len(observer.conversations), "warnings": []}
+    return observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
+                                   title=title or f"Requests {file_name or path.name}")
+
+
+def zip_kind(path: Path) -> str:
+    """What an uploaded zip holds: "copaw_workspace", "requests" or "bundle" (a session export)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [PurePosixPath(n) for n in archive.namelist()[:MAX_MEMBERS]]
+    except zipfile.BadZipFile:
+        return "bundle"  # the bundle reader says what is wrong with it
+    if any(n.name == "agent.json" or (n.suffix == ".jsonl" and n.parent.name == "dialog")
+           or (n.suffix == ".json" and n.parent.name == "sessions") for n in names):
+        return "copaw_workspace"
+    files = [n for n in names if not str(n).endswith("/")]
+    if files and all(n.suffix == ".json" for n in files) and not any(n.name == "session.json" for n in files):
+        return "requests"
+    return "bundle"

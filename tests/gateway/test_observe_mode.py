@@ -1,0 +1,70 @@
+"""Observe mode with an ordinary client: unchanged bytes, usage beside the count, failures left out."""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import pytest
+from django.test import Client
+
+from contextlab.gateway.models import ObservedCall, UpstreamProvider
+from contextlab.sessions.models import AgentProfile, AgentSession, Turn
+from tests.gateway.provider import USAGE, Answer, Error, Provider, completion, scripted
+
+
+@pytest.fixture
+def observed(small_profile: AgentProfile, provider: Provider) -> UpstreamProvider:
+    return UpstreamProvider.objects.create(profile=small_profile, base_url=provider.base_url, api_key="sk-up",
+                                           model_map={"gpt-4o": "fake-model-2026"},
+                                           mode=UpstreamProvider.Mode.OBSERVE, timeout=30)
+
+
+def _post(url: str, token: str, body: dict, **headers: str) -> httpx2.Response:
+    data = json.dumps(body, indent=2).encode()
+    with httpx2.Client(timeout=30) as http:
+        return http.post(f"{url}/chat/completions", content=data,
+                         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", **headers})
+
+
+def test_it_passes_a_completion_unchanged_and_keeps_the_providers_usage(gateway_url, alice_token, observed,
+                                                                        provider) -> None:
+    provider.responder = scripted(Answer("Hello there."))
+    body = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Be brief."},
+                                            {"role": "user", "content": "Say hello to the observer, please."}]}
+    answer = _post(gateway_url, alice_token, body)
+    assert answer.status_code == 200
+    # No model mapping, no re-serialisation: the provider gets the client's bytes.
+    assert provider.chat_requests[-1].raw == json.dumps(body, indent=2).encode()
+    assert answer.content == json.dumps(completion(Answer("Hello there."), 1)).encode()
+    assert answer.headers["X-ContextLab-Managed"] == "false"
+    session = AgentSession.objects.get(pk=answer.headers["X-ContextLab-Session"])
+    turn = Turn.objects.get(session=session)
+    assert turn.usage == USAGE and turn.policy == "observed"
+    assert turn.payload_tokens > 0 and turn.payload == body["messages"]
+    browser = Client()
+    browser.force_login(session.owner)
+    page = browser.get(turn.get_absolute_url()).content.decode()
+    assert f'<span data-k="usage-prompt">{USAGE["prompt_tokens"]}</span> prompt' in page
+    assert f"counted here: {turn.payload_tokens}" in page and "request 1, as the agent sent it" in page
+
+
+def test_it_records_an_upstream_failure_but_leaves_it_out_of_the_session(gateway_url, alice_token, observed,
+                                                                          provider) -> None:
+    provider.responder = scripted(Error(500))
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "This call will fail upstream."}]}
+    answer = _post(gateway_url, alice_token, body)
+    assert answer.status_code == 500 and answer.content == Error(500).body
+    call = ObservedCall.objects.get()
+    assert call.status_code == 500 and call.session is None
+    assert not AgentSession.objects.filter(source__format="observed").exists()
+
+
+def test_it_keeps_conversations_named_by_the_session_header_apart(gateway_url, alice_token, observed,
+                                                                  provider) -> None:
+    provider.responder = scripted(Answer("ok"))
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "The same opening words for two runs."}]}
+    first = _post(gateway_url, alice_token, body, **{"X-ContextLab-Session": "run-1"})
+    second = _post(gateway_url, alice_token, body, **{"X-ContextLab-Session": "run-2"})
+    assert first.headers["X-ContextLab-Session"] != second.headers["X-ContextLab-Session"]
+    assert AgentSession.objects.filter(source__format="observed").count() == 2
