@@ -29,6 +29,7 @@ from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryRequest, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
 from contextlab.engine.errors import CompactorFailed, MalformedInput
+from contextlab.engine.identifiers import append_index, keep_identifiers, line_chars_for_window
 from contextlab.engine.memory import record_session_notes
 from contextlab.engine.messages import (
     Block,
@@ -687,6 +688,7 @@ class ContextManager:
                 f"summary, we kept both"))
             self._window_guard(trace)
             return
+        summary = self.keep_identifiers(summary, to_compact)
         self.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
         self.pinned_ids = [pinned_id] if pinned_id else []
         trace.outcome = "fallback_summary" if fallback else "compacted"
@@ -772,6 +774,16 @@ class ContextManager:
                 return fallback.text, fallback, True
             rec.outcome = "invalid or failed summary: previous summary and messages kept"
             return None, result, False
+
+    def keep_identifiers(self, summary: str, to_compact: list[Message]) -> str:
+        """The post-check every compactor's summary passes (see ``identifiers``): what
+        it dropped is appended, and the span's identifiers are indexed."""
+        check = keep_identifiers(summary, [self.original(m) for m in to_compact],
+                                 version=self.summary_version + 1, language=self.summary_language or "en",
+                                 line_chars=line_chars_for_window(self.profile.max_input_length))
+        if check.index_entry:
+            append_index(self.workspace, check.index_entry)
+        return check.summary
 
     def _payload_tokens_estimate(self) -> int:
         summary_msg = self.summary_message()
