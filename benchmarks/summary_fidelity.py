@@ -109,6 +109,27 @@ def replay_table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def window_table(rows: list[dict[str, object]]) -> str:
+    lines = ["| window | compactions | ids | in summary % | kept % | " + " | ".join(f"{SHORT[k]} %" for k in KINDS)
+             + " |", "|" + "|".join("---" for _ in range(5 + len(KINDS))) + "|"]
+    for window in sorted({int(r["window"]) for r in rows}):  # type: ignore[call-overload]
+        total: Counter[str] = Counter()
+        in_summary: Counter[str] = Counter()
+        kept: Counter[str] = Counter()
+        compactions = 0
+        for row in rows:
+            if row["window"] == window:
+                total.update(row["total"])  # type: ignore[arg-type]
+                in_summary.update(row["in_summary"])  # type: ignore[arg-type]
+                kept.update(row["kept"])  # type: ignore[arg-type]
+                compactions += int(row["compactions"])  # type: ignore[call-overload]
+        n = sum(total.values())
+        kinds = " | ".join(_pct(in_summary[k], total[k]) for k in KINDS)
+        lines.append(f"| {window:,} | {compactions} | {n} | {_pct(sum(in_summary.values()), n)} | "
+                     f"{_pct(sum(kept.values()), n)} | {kinds} |")
+    return "\n".join(lines)
+
+
 def reference_rows() -> list[str]:
     lines = ["| session | ids | summary | chars | kept % | base % | " + " | ".join(f"{SHORT[k]} %" for k in KINDS)
              + " |", "|" + "|".join("---" for _ in range(6 + len(KINDS))) + "|"]
@@ -122,7 +143,8 @@ def reference_rows() -> list[str]:
         reference = messages[boundary + 1].plain_text()
         ours = ExtractiveCompactor().summarize(SummaryRequest(span, None, "auto")).text
         check = keep_identifiers(ours, span, version=1, line_chars=line_chars_for_window(200_000))
-        for label, text in (("Claude Code", reference), ("extractive + post-check", check.summary)):
+        for label, text in (("Claude Code", reference), ("extractive alone", ours),
+                            ("extractive + post-check", check.summary)):
             flat = normalize(text)
             kept = Counter(i.kind for i in identifiers if i.value in flat)
             base = sum(1 for i in identifiers if base_name_kept(i, flat))
@@ -149,6 +171,8 @@ def main() -> None:
     print("Identifiers of each compacted span kept by the summary that replaced it "
           "(contextlab policy, extractive compactor):\n")
     print(replay_table(rows))
+    print("\nAll transcripts, per window:\n")
+    print(window_table(rows))
     print("\nThe same identifiers against Claude Code's own compaction of the same span:\n")
     print("\n".join(reference_rows()))
     print(f"\n({time.perf_counter() - started:.0f} s)")

@@ -153,3 +153,45 @@ def test_it_makes_the_extractive_summary_keep_most_identifiers_in_its_own_text()
     text = normalize(check.summary)
     identifiers = extract_identifiers(messages)
     assert sum(1 for i in identifiers if i.value in text) >= 0.9 * len(identifiers)
+
+
+LLM_SUMMARY = """## Goal
+Ship the build.
+## Constraints & Preferences
+(none)
+## Progress
+### Done
+- compiled
+### In Progress
+- (none)
+### Blocked
+- (none)
+## Key Decisions
+- (none)
+## Next Steps
+1. test
+## Critical Context
+- (none)
+"""
+
+
+def test_it_adds_what_an_llm_summary_dropped(tmp_path) -> None:
+    from contextlab.engine.compactors.openai_compat import OpenAICompactor
+    from tests.fakellm import FakeLLM, Reply
+
+    profile = Profile(max_input_length=200_000, compact_ratio=0.1, reserve_ratio=0.01)
+    with FakeLLM([Reply(LLM_SUMMARY)]) as llm:
+        m = ContextManager(profile, tmp_path / "ws",
+                           compactor=OpenAICompactor(llm.base_url, "m", api_key_env=None))
+        for i in range(6):
+            m.append([user(f"q{i}: fix `UploadWorker{i}.run/1` in lib/uploads/worker_{i}.ex " + "word " * 2000),
+                      assistant(f"a{i} " + "word " * 2000)])
+        turn = m.prepare()
+
+    assert turn.trace.outcome == "compacted" and m.summary is not None
+    assert m.summary.startswith(LLM_SUMMARY.rstrip("\n"))
+    compacted = m.summaries[-1].compacted_ids
+    assert compacted
+    for i in range(len([mid for mid in compacted if mid.startswith("u")])):
+        assert f"`lib/uploads/worker_{i}.ex`" in m.summary and f"`UploadWorker{i}.run/1`" in m.summary
+    assert "`UploadWorker0.run/1`" in (m.workspace / INDEX_FILE).read_text(encoding="utf-8")
