@@ -28,6 +28,7 @@ from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
 from contextlab.engine.errors import MalformedInput
+from contextlab.engine.identifiers import append_index, keep_identifiers, line_chars_for_window
 from contextlab.engine.memory import record_session_notes
 from contextlab.engine.messages import (
     Block,
@@ -639,6 +640,16 @@ class ContextManager:
         summary_msg = self.summary_message()
         return (self._text_message_tokens(self.counter, "system", self.system_prompt)
                 + (self.counter.count_message(summary_msg) if summary_msg else 0) + self._live_tokens)
+
+    def keep_identifiers(self, summary: str, to_compact: list[Message]) -> str:
+        """The post-check every compactor's summary passes (see ``identifiers``): what
+        it dropped is appended, and the span's identifiers are indexed."""
+        check = keep_identifiers(summary, [self.original(m) for m in to_compact],
+                                 version=self.summary_version + 1, language=self.summary_language or "en",
+                                 line_chars=line_chars_for_window(self.profile.max_input_length))
+        if check.index_entry:
+            append_index(self.workspace, check.index_entry)
+        return check.summary
 
     def save_invalid_summary(self, trace: TurnTrace, reason: str, raw: dict[str, Any]) -> str:
         name = f"compact_invalid_{uuid.uuid4().hex[:8]}.json"

@@ -123,6 +123,7 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
             f"summary, we kept both"))
         fit_window_step(manager, trace)
         return
+    summary = manager.keep_identifiers(summary, to_compact)
     manager.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
     manager.pinned_ids = [pinned_id] if pinned_id else []
     trace.outcome = "fallback_summary" if fallback else "compacted"

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
+from contextlab.engine.identifiers import LINE_LEADS as IDENTIFIER_LINE_LEADS
 from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from contextlab.engine.prompts import (
     SECTION_IDS,
@@ -449,7 +450,11 @@ def _items(body: str) -> list[str]:
         else:
             items.append(raw.strip())
     return [
-        _clip(item, MAX_PREVIOUS_ITEM_CHARS) for item in items if item.strip().casefold() not in _PLACEHOLDERS
+        _clip(item, MAX_PREVIOUS_ITEM_CHARS)
+        for item in items
+        # The post-check's identifier line of an earlier span: its identifiers
+        # are in the index it names, and carrying it on would grow every summary.
+        if item.strip().casefold() not in _PLACEHOLDERS and not item.startswith(IDENTIFIER_LINE_LEADS)
     ]
 
 
