@@ -1,4 +1,5 @@
-"""The ``contextlab`` command line: ``replay``, ``compare``, ``import-copaw`` and ``import-requests``."""
+"""The ``contextlab`` command line: ``replay``, ``compare``, ``import-copaw``, ``import-requests`` and
+``import-otlp``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.errors import ContextLabError, MalformedInput
 from contextlab.engine.profile import Profile
 
 
@@ -59,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     requests.add_argument("folder", help="a folder (or zip) of *.json request bodies or request records")
     requests.add_argument("--json", action="store_true", help="print the report as JSON")
+    otlp = commands.add_parser(
+        "import-otlp",
+        help="infer an agent's own context management from an OTLP JSON trace of its LLM calls",
+        description="Read the LLM spans of an OpenTelemetry trace export (GenAI conventions or OpenInference) "
+        "as the agent's requests, then compare each with the previous one of its conversation.",
+    )
+    otlp.add_argument("trace", help="an OTLP JSON file (one export, or one per line)")
+    otlp.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -82,6 +91,24 @@ def run_import_requests(args: argparse.Namespace) -> int:
     with opened_folder(args.folder, REQUEST_MARKERS) as folder:
         inner = folder / "requests" if (folder / "requests").is_dir() else folder
         report = requests_report(observe_requests(read_request_folder(inner)))
+    print(json.dumps(report, ensure_ascii=False, indent=1) if args.json else render_requests_report(report))
+    return 0
+
+
+def run_import_otlp(args: argparse.Namespace) -> int:
+    from contextlab.engine.importers.copaw_workspace import observe_requests
+    from contextlab.engine.observe import load_recorded_request, render_requests_report, requests_report
+    from contextlab.engine.otlp import iter_requests
+
+    with open(args.trace, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        records = list(iter_requests(text))
+    except ValueError as exc:
+        raise MalformedInput(f"{args.trace} is not an OTLP JSON trace export: {exc}") from exc
+    if not records:
+        raise MalformedInput(f"{args.trace} holds no LLM call (no span with gen_ai.* or llm.* input messages)")
+    report = requests_report(observe_requests([load_recorded_request(r, r["seq"]) for r in records]))
     print(json.dumps(report, ensure_ascii=False, indent=1) if args.json else render_requests_report(report))
     return 0
 
@@ -137,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_import_copaw(args)
         if args.command == "import-requests":
             return run_import_requests(args)
+        if args.command == "import-otlp":
+            return run_import_otlp(args)
     except ContextLabError as exc:
         print(f"contextlab: error: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from contextlab.gateway import otlp
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
@@ -11,6 +13,8 @@ urlpatterns = [
     path("api/v1/", include("contextlab.api.urls")),
     # The OpenAI-compatible gateway: an agent's client points its base_url here.
     path("v1/", include("contextlab.gateway.urls")),
+    # An OTLP/HTTP trace receiver: an exporter's endpoint is <server>/otlp (it adds /v1/traces).
+    path("otlp/v1/traces", otlp.traces, name="cl-otlp-traces"),
     path("", include("contextlab.core.urls")),
     path("", include("contextlab.sessions.urls")),
 ]

@@ -301,6 +301,11 @@ def llm_requests(spans: list[Span]) -> list[dict[str, Any]]:
     return [{"seq": seq, **record} for seq, (_, _, record) in enumerate(calls, start=1)]
 
 
+def looks_like_otlp(head: bytes) -> bool:
+    """True when a file starting with ``head`` is an OTLP JSON trace export."""
+    return b'"resourceSpans"' in head or b'"resource_spans"' in head
+
+
 def iter_requests(text: str) -> Iterator[dict[str, Any]]:
     """The request records of an OTLP JSON file's text."""
     yield from llm_requests(load_json_lines(text))

@@ -212,22 +212,54 @@ def _record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | No
         call.save()
         if call.status_code != 200 or call.error:
             return None
-        calls = list(ObservedCall.objects.filter(owner_id=call.owner_id, profile_id=call.profile_id,
-                                                 status_code=200, error="").order_by("pk"))
-        requests = [_recorded_request(seq, c) for seq, c in enumerate(calls, start=1)]
-        observer = observe(requests)
-        seq = next(i for i, c in enumerate(calls, start=1) if c.pk == call.pk)
+        return _rebuild(call.owner_id, call.profile, [call]).get(call.pk)
+
+
+def _rebuild(owner_id: int, profile: AgentProfile, new: list[ObservedCall]) -> dict[int, AgentSession]:
+    """Run the inference over every recorded call of the profile and rewrite the sessions of the
+    conversations the ``new`` calls belong to; the session of each new call, by its id."""
+    calls = list(ObservedCall.objects.filter(owner_id=owner_id, profile_id=profile.pk, status_code=200, error="")
+                 .order_by("pk"))
+    requests = [_recorded_request(seq, c) for seq, c in enumerate(calls, start=1)]
+    observer = observe(requests)
+    seq_of = {c.pk: seq for seq, c in enumerate(calls, start=1)}
+    sessions: dict[int, AgentSession] = {}
+    written: set[str] = set()
+    for call in new:
+        seq = seq_of[call.pk]
         conversation = next(
             (c for c in observer.conversations.values()
              if seq in c.requests or any(s.seq == seq for s in c.side_calls)), None)
         if conversation is None:
-            return None
+            continue
         call.conversation = conversation.id
         call.side_call = seq not in conversation.requests
         session = _session_for(call, conversation.id, requests[conversation.requests[0] - 1])
         call.session = session
         call.save(update_fields=["conversation", "side_call", "session"])
-        return observed_session_write(session, requests, conversation.id, observer)
+        if conversation.id not in written:
+            written.add(conversation.id)
+            session = observed_session_write(session, requests, conversation.id, observer)
+        sessions[call.pk] = session
+    return sessions
+
+
+def record_spans(*, owner: User, profile: AgentProfile, records: list[dict[str, Any]]) -> list[AgentSession]:
+    """LLM calls received as OpenTelemetry spans (``contextlab.engine.otlp`` records), recorded like
+    the calls observe mode forwards, and the sessions of their conversations rebuilt."""
+    if not records:
+        return []
+    with transaction.atomic():
+        # One profile's calls are taken in the order they arrived.
+        AgentProfile.objects.select_for_update().filter(pk=profile.pk).first()
+        calls = [ObservedCall.objects.create(
+            owner=owner, profile=profile, body=record["body"], reply_text=str(record.get("response_text") or ""),
+            reply_tool_calls=list(record.get("response_tool_calls") or []),
+            usage=record["usage"] if isinstance(record.get("usage"), dict) else None,
+            session_header=str(record.get("session_id") or "")[:300], status_code=200) for record in records]
+        sessions = _rebuild(owner.pk, profile, calls)
+    unique: dict[Any, AgentSession] = {s.pk: s for s in sessions.values()}
+    return list(unique.values())
 
 
 def _session_for(call: ObservedCall, conversation_id: str, first: RecordedRequest) -> AgentSession:

@@ -21,6 +21,7 @@ from contextlab.engine.errors import ContextLabError, MalformedInput
 from contextlab.engine.hook import TurnResult, replay_turns
 from contextlab.engine.importers import load_transcript
 from contextlab.engine.messages import Message
+from contextlab.engine.otlp import looks_like_otlp
 from contextlab.sessions.models import (
     AgentProfile,
     AgentSession,
@@ -29,7 +30,12 @@ from contextlab.sessions.models import (
 from contextlab.sessions.services.bundles import session_import_bundle
 from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH, PayloadTooLarge
 from contextlab.sessions.services.live_state import live_state_of, run_announce, session_announce
-from contextlab.sessions.services.observed import copaw_workspace_import, requests_import, zip_kind
+from contextlab.sessions.services.observed import (
+    copaw_workspace_import,
+    otlp_import,
+    requests_import,
+    zip_kind,
+)
 from contextlab.sessions.services.persistence import fate_sizes, load_manager, locked_session, persist_step
 from contextlab.sessions.services.runs import (
     IMPORT_TRANSCRIPT,
@@ -85,8 +91,11 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
     assert path is not None
     source = Path(path)
     with source.open("rb") as fh:
-        if fh.read(4) == b"PK\x03\x04":
-            return _zip_import(owner=owner, source=source, profile=profile, title=title)
+        head = fh.read(4096)
+    if head.startswith(b"PK\x03\x04"):
+        return _zip_import(owner=owner, source=source, profile=profile, title=title)
+    if looks_like_otlp(head):
+        return otlp_import(owner=owner, path=source, title=title, file_name=source.name, profile=profile)
     transcript = load_transcript(source)
     session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
                              title=title or source.name[:MAX_TITLE_LENGTH])
@@ -155,8 +164,11 @@ def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, up
     assert path is not None
     source = Path(path)
     with source.open("rb") as fh:
-        if fh.read(4) == b"PK\x03\x04":
-            return _zip_import(owner=owner, source=source, profile=profile, title=title), None
+        head = fh.read(4096)
+    if head.startswith(b"PK\x03\x04"):
+        return _zip_import(owner=owner, source=source, profile=profile, title=title), None
+    if looks_like_otlp(head):
+        return otlp_import(owner=owner, path=source, title=title, file_name=source.name, profile=profile), None
     transcript = load_transcript(source)
     with transaction.atomic():
         session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,

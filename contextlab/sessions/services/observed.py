@@ -325,3 +325,24 @@ def zip_kind(path: Path) -> str:
     if files and all(n.suffix == ".json" for n in files) and not any(n.name == "session.json" for n in files):
         return "requests"
     return "bundle"
+
+
+def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = "",
+                profile: AgentProfile | None = None) -> AgentSession:
+    """An OTLP JSON trace file (spans of LLM calls) as the session of its main conversation."""
+    from contextlab.engine.observe import load_recorded_request
+    from contextlab.engine.otlp import iter_requests
+
+    try:
+        records = list(iter_requests(path.read_text(encoding="utf-8")))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedInput(f"the file is not an OTLP JSON trace export: {exc}", field="file") from exc
+    if not records:
+        raise MalformedInput("the trace holds no LLM call (no span with gen_ai.* or llm.* input messages)",
+                             field="file")
+    requests = [load_recorded_request(record, record["seq"]) for record in records]
+    observer = observe(requests)
+    source = {"format": "otlp", "file": file_name or path.name, "requests": len(requests),
+              "messages": len(requests), "conversations": len(observer.conversations), "warnings": []}
+    return observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
+                                   title=title or f"Trace {file_name or path.name}")
