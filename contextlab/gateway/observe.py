@@ -59,18 +59,19 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     ``for_server`` adapts the relayed stream to the server (WSGI or ASGI)."""
     stream = body.get("stream") is True
     call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300])
+    span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
     start = time.perf_counter()
     try:
         answer = _post_raw(provider, api_key, request.body, stream=stream,
-                           trace_headers=telemetry.upstream_trace_headers(request.headers, None))
+                           trace_headers=telemetry.upstream_trace_headers(request.headers, span))
     except httpx2.TimeoutException as exc:
-        return _failed(call, start, 504, f"the upstream provider did not answer within {provider.timeout:g} s "
+        return _failed(call, span, start, 504, f"the upstream provider did not answer within {provider.timeout:g} s "
                                          f"({type(exc).__name__})", "upstream_timeout")
     except httpx2.RequestError as exc:
-        return _failed(call, start, 502, f"the upstream provider could not be reached: {type(exc).__name__}: {exc}",
+        return _failed(call, span, start, 502, f"the upstream provider could not be reached: {type(exc).__name__}: {exc}",
                        "upstream_unreachable")
     if stream and answer.status_code == 200:
-        streaming = StreamingHttpResponse(for_server(_relay(answer, call, start)), status=200,
+        streaming = StreamingHttpResponse(for_server(_relay(answer, call, start, span)), status=200,
                                          content_type=answer.headers.get("content-type", "text/event-stream"))
         for name, value in upstream.passed_headers(answer).items():
             if name.lower() != "content-type":
@@ -82,14 +83,14 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     try:
         content = answer.read()
     except httpx2.HTTPError as exc:
-        return _failed(call, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
+        return _failed(call, span, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
     finally:
         answer.close()
     call.status_code = answer.status_code
     call.upstream_ms = (time.perf_counter() - start) * 1000
     if answer.status_code == 200:
         _reply_from_completion(call, content)
-    session = record(call, provider)
+    session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content)
     response["X-ContextLab-Managed"] = "false"
     if session is not None:
@@ -97,11 +98,20 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     return response
 
 
-def _failed(call: ObservedCall, start: float, status: int, message: str, code: str) -> HttpResponse:
+def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> AgentSession | None:
+    """``record``, and the call's span ended with what it found (when telemetry is on)."""
+    session = record(call, provider)
+    telemetry.finish_gateway_span(span, status_code=call.status_code, usage=call.usage,
+                                  session_id=session.pk if session is not None else None, error=call.error)
+    return session
+
+
+def _failed(call: ObservedCall, span: Any, start: float, status: int, message: str, code: str) -> HttpResponse:
     call.status_code = status
     call.error = message
     call.upstream_ms = (time.perf_counter() - start) * 1000
     call.save()
+    telemetry.finish_gateway_span(span, status_code=status, usage=None, error=message)
     response = upstream.openai_error(status, message, type="server_error", code=code)
     response["X-ContextLab-Managed"] = "false"
     return response
@@ -128,7 +138,7 @@ def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
     call.reply_tool_calls = calls if isinstance(calls, list) else []
 
 
-def _relay(answer: httpx2.Response, call: ObservedCall, start: float) -> Iterator[bytes]:
+def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any) -> Iterator[bytes]:
     """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
     chunk holding ``[DONE]`` goes out, so the agent's next call finds it."""
     builder = sse.ReplyBuilder()
@@ -154,7 +164,7 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float) -> Iterato
                     continue
             if done and not recorded:
                 _finish(call, builder, start, "")
-                record(call, provider)
+                _recorded(call, provider, span)
                 recorded = True
             yield chunk
     except httpx2.HTTPError as exc:
@@ -163,7 +173,7 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float) -> Iterato
         answer.close()
         if not recorded:
             _finish(call, builder, start, call.error or ("" if builder.complete else "the stream ended early"))
-            record(call, provider)
+            _recorded(call, provider, span)
 
 
 def _provider_of(call: ObservedCall) -> UpstreamProvider:

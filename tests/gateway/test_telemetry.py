@@ -71,3 +71,17 @@ def test_with_export_off_the_callers_trace_headers_still_reach_the_provider(gate
     _traced_client(gateway_url, alice_token).chat.completions.create(model="gpt-4o", messages=MESSAGES)
     sent = provider.chat_requests[-1].headers
     assert sent["traceparent"] == TRACEPARENT and sent["tracestate"] == "vendor=agent"
+
+
+def test_an_observed_call_is_a_span_in_the_callers_trace_too(collector, gateway_url, alice_token, upstream,
+                                                              provider):
+    upstream.mode = "observe"
+    upstream.save()
+    _traced_client(gateway_url, alice_token).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert telemetry.flush()
+    [call] = collector.spans("chat gpt-4o")
+    assert (call.trace_id, call.parent_span_id) == (CALLER_TRACE, CALLER_SPAN)
+    assert call.attributes["gen_ai.usage.input_tokens"] == 321
+    assert call.attributes["contextlab.gateway.managed"] is False
+    # The provider gets the agent's request unchanged, inside the same trace.
+    assert provider.chat_requests[-1].headers["traceparent"].split("-")[1:3] == [CALLER_TRACE, call.span_id]
