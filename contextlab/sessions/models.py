@@ -23,6 +23,7 @@ from django.urls import reverse
 from django.utils.timezone import now
 
 from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.paths import UnsafePath, workspace_path
 from contextlab.engine.profile import (
     BOUNDS,
     COMPACTORS,
@@ -233,6 +234,17 @@ class AgentSession(models.Model):
     @property
     def workspace(self) -> Path:
         return Path(settings.WORKSPACES_DIR) / str(self.id)
+
+    def workspace_file(self, relative: str) -> Path | None:
+        """The workspace file a stored path names, or None when that path leads outside the workspace.
+
+        Paths in rows came from the engine or from an imported bundle: they are
+        checked, never joined blindly.
+        """
+        try:
+            return workspace_path(self.workspace, relative)
+        except UnsafePath:
+            return None
 
     @property
     def had_failure(self) -> bool:

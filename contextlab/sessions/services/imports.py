@@ -85,7 +85,7 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
     source = Path(path)
     with source.open("rb") as fh:
         if fh.read(4) == b"PK\x03\x04":
-            return session_import_bundle(owner=owner, data=source.read_bytes(), profile=profile)
+            return session_import_bundle(owner=owner, data=source, profile=profile)
     transcript = load_transcript(source)
     session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
                              title=title or source.name[:MAX_TITLE_LENGTH])
@@ -145,7 +145,7 @@ def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, up
     source = Path(path)
     with source.open("rb") as fh:
         if fh.read(4) == b"PK\x03\x04":
-            return session_import_bundle(owner=owner, data=source.read_bytes(), profile=profile), None
+            return session_import_bundle(owner=owner, data=source, profile=profile), None
     transcript = load_transcript(source)
     with transaction.atomic():
         session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
