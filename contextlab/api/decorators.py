@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.utils.timezone import now
 
 from contextlab.api.models import ApiToken, hash_token
@@ -125,6 +126,8 @@ def authorize(view: ApiView) -> ApiView:
             return error(404, "not found", None)
         except RequestDataTooBig:
             return error(413, "the request body is larger than this server accepts", "body")
+        except MultiPartParserError as exc:
+            return error(400, f"the body is not a readable multipart form: {exc}", "body")
         except Exception:
             log.exception("API error in %s", request.path)
             return error(500, "internal error; the server log has the details", None)

@@ -220,7 +220,7 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise MalformedInput(f"not a session bundle of format {BUNDLE_FORMAT}", field="file")
     for key in ("engine_state", "profile", "session"):
-        if not isinstance(manifest.get(key) or {}, dict):
+        if manifest.get(key) is not None and not isinstance(manifest[key], dict):
             raise MalformedInput(f"session.json: {key} must be an object", field="file")
     for name, records in rows.items():
         if not all(isinstance(record, dict) for record in records):
