@@ -28,6 +28,7 @@ from contextlab.engine.errors import (
     InvalidProfile,
     TokenizerUnavailable,
 )
+from contextlab.engine.unicode import first_unencodable
 from contextlab.sessions.services import PayloadTooLarge, SessionUnavailable
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,11 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
         raise ApiError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels", "body")
     if not isinstance(value, dict):
         raise ApiError(400, "the body must be a JSON object", "body")
+    # "\ud800" is valid JSON but no text: stored, it would break every page and
+    # the export that shows it. Refused here, naming where it is.
+    where = first_unencodable(value)
+    if where is not None:
+        raise ApiError(400, f"{where} holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text", where)
     return value
 
 

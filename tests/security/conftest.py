@@ -57,3 +57,7 @@ def alice_client(alice) -> Client:
     client = Client()
     client.force_login(alice)
     return client
+
+
+# The gateway's local provider and live server, for the bad-text tests of the gateway.
+from tests.gateway.conftest import gateway_server, gateway_url, provider, upstream  # noqa: E402, F401
