@@ -168,11 +168,42 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[i
     parts: list[bytes] = []
     with archive.open(info) as member:
         while chunk := member.read(_READ_CHUNK):
-            budget[0] -= len(chunk)
-            if budget[0] < 0:
-                raise PayloadTooLarge("the bundle unpacks to more than the upload limit allows", field="file")
+            _spend(budget, len(chunk))
             parts.append(chunk)
     return b"".join(parts)
+
+
+def _read_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int]) -> list[Any]:
+    """The JSON lines of a member, read line by line: only the parsed rows are held."""
+    rows: list[Any] = []
+    longest = _longest_json()
+    with archive.open(info) as member:
+        while line := member.readline(longest + 1):
+            _spend(budget, len(line))
+            if len(line) > longest:
+                raise PayloadTooLarge(f"{info.filename} holds a line longer than {longest:,} bytes", field="file")
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def _longest_json() -> int:
+    """The most bytes one JSON document of a bundle (session.json, a row) may hold: twice an API body."""
+    return 2 * int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
+
+def _copy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, budget: list[int]) -> None:
+    """A workspace member written to ``target`` piece by piece, never whole in memory."""
+    with archive.open(info) as member, target.open("wb") as out:
+        while chunk := member.read(_READ_CHUNK):
+            _spend(budget, len(chunk))
+            out.write(chunk)
+
+
+def _spend(budget: list[int], size: int) -> None:
+    budget[0] -= size
+    if budget[0] < 0:
+        raise PayloadTooLarge("the bundle unpacks to more than the upload limit allows", field="file")
 
 
 def _bundle_profile(owner: User, data: Mapping[str, Any]) -> AgentProfile:
@@ -211,10 +242,11 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
         raise MalformedInput("not a session bundle: session.json is missing", field="file")
     files = {rel: info for info in infos if (rel := _bundle_member_path(info.filename)) is not None}
     try:
-        manifest = json.loads(_read_member(archive, archive.getinfo("session.json"), budget))
-        rows = {name: [json.loads(line) for line in _read_member(archive, archive.getinfo(name), budget).splitlines()
-                       if line.strip()]
-                for name in _BUNDLE_ROWS if name in names}
+        manifest_info = archive.getinfo("session.json")
+        if manifest_info.file_size > _longest_json():
+            raise PayloadTooLarge(f"session.json is larger than {_longest_json():,} bytes", field="file")
+        manifest = json.loads(_read_member(archive, manifest_info, budget))
+        rows = {name: _read_rows(archive, archive.getinfo(name), budget) for name in _BUNDLE_ROWS if name in names}
     except (ValueError, RecursionError, zipfile.BadZipFile) as exc:
         raise MalformedInput(f"the bundle holds invalid JSON: {exc}", field="file") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
@@ -270,7 +302,7 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
             for relative, info in sorted(files.items()):
                 target = workspace / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(_read_member(archive, info, budget))
+                _copy_member(archive, info, target, budget)
             # Loading the engine from the restored state proves the bundle is usable.
             load_manager(session)
         except BaseException:
