@@ -15,6 +15,7 @@ import zipfile
 import httpx2
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.urls import reverse
 
 from contextlab.engine.errors import ContextLabError
@@ -125,6 +126,8 @@ def test_the_gateway_repairs_what_an_agent_sends(gateway_url, alice_token, upstr
 
 
 def test_rows_stored_before_are_repaired_on_read(alice_client, alice_session):
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL's jsonb refuses a lone surrogate: no such row can exist there")
     services.messages_append(session=alice_session, messages=tool_turn(1, output_bytes=300))
     services.session_prepare(session=alice_session)
     row = SessionMessage.objects.filter(session=alice_session).order_by("seq").last()
