@@ -142,3 +142,16 @@ def test_rows_stored_before_are_repaired_on_read(alice_client, alice_session):
     bundle = alice_client.get(reverse("cl-session-export", args=[alice_session.pk])).content
     with zipfile.ZipFile(io.BytesIO(bundle)) as archive:
         assert "build\ufffd" in archive.read("messages.jsonl").decode("utf-8")
+
+
+# -- forms: the browser's bytes are decoded with replacement, never into a surrogate --------
+
+
+@pytest.mark.parametrize("name", ["cl-session-search", "cl-insights-recall"])
+def test_forms_take_the_bytes_of_a_surrogate_as_replacement_text(alice_client, alice_session, name):
+    services.messages_append(session=alice_session, messages=[{"role": "user", "content": "hello"}])
+    # UTF-8 bytes of U+D800, which no UTF-8 decoder accepts.
+    response = alice_client.get(reverse(name, args=[alice_session.pk]) + "?q=build%ED%A0%80")
+    assert response.status_code == 200
+    response.content.decode("utf-8")
+
