@@ -173,3 +173,16 @@ async def test_it_refuses_a_socket_with_its_close_code_after_accepting(who, code
     # Accepted first: a close before the accept reaches the browser as an HTTP 403.
     assert connected
     assert await socket.receive_output() == {"type": "websocket.close", "code": code}
+
+
+def test_profiles_saved_with_an_unknown_timezone_load_as_utc(alice_session):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    AgentProfile.objects.filter(pk=alice_session.profile.pk).update(timezone="Mars/Olympus")
+    migration = import_module("contextlab.sessions.migrations.0004_12a_unknown_timezones_to_utc")
+    migration.unknown_to_utc(apps, None)
+    profile = AgentProfile.objects.get(pk=alice_session.profile.pk)
+    assert profile.timezone == "UTC"
+    assert profile.to_engine().timezone == "UTC"
