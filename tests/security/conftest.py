@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Iterator
 
+import httpx2
 import pytest
 from django.test import Client
 
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession
 from tests.conversations import answer, tool_turn
+from tests.gateway.servers import RunningGateway, gateway_under_daphne
 
 
 def work(session: AgentSession, turns: int) -> AgentSession:
@@ -61,3 +64,15 @@ def alice_client(alice) -> Client:
 
 # The gateway's local provider and live server, for the bad-text tests of the gateway.
 from tests.gateway.conftest import gateway_server, gateway_url, provider, upstream  # noqa: E402, F401
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[RunningGateway]:
+    """The project under daphne in a subprocess (a database of its own), shared by a module's tests."""
+    # No provider is called here; the gateway seed just needs an address.
+    with gateway_under_daphne(tmp_path_factory.mktemp("server"), "http://127.0.0.1:9") as running:
+        base = running.url.removesuffix("/v1")
+        # Warm up the views these tests reach, so their first use is not counted.
+        httpx2.get(f"{base}/api/v1/sessions", headers={"Authorization": f"Bearer {running.token}"}, timeout=30)
+        httpx2.post(f"{base}/api/v1/sessions", json={}, timeout=30)
+        yield running

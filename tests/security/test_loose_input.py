@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 from channels.db import database_sync_to_async
@@ -186,3 +187,28 @@ def test_profiles_saved_with_an_unknown_timezone_load_as_utc(alice_session):
     profile = AgentProfile.objects.get(pk=alice_session.profile.pk)
     assert profile.timezone == "UTC"
     assert profile.to_engine().timezone == "UTC"
+
+
+# -- a refused websocket under the real server ---------------------------------------------
+
+
+def test_a_refused_websocket_gets_its_close_code_not_an_http_403(server):
+    """Under daphne a close before the accept becomes an HTTP 403, which the page takes for a network error."""
+    base = server.url.removesuffix("/v1")
+    host, port = base.removeprefix("http://").split(":")
+    path = "/ws/sessions/00000000-0000-4000-8000-000000000000/"
+    handshake = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Origin: http://127.0.0.1:{port}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(handshake)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(4096)
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+        while len(rest) < 4:
+            rest += sock.recv(4096)
+    # A close frame (opcode 8) whose payload starts with the close code.
+    assert rest[0] & 0x0F == 0x8
+    assert int.from_bytes(rest[2:4], "big") == 4401

@@ -16,8 +16,6 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.gateway.servers import RunningGateway, gateway_under_daphne
-
 MB = 1024 * 1024
 MAX_GROWTH = 100 * MB
 
@@ -27,17 +25,6 @@ def _peak_rss(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmHWM in /proc (Linux only)")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> RunningGateway:
-    # No provider is called here; the gateway seed just needs an address.
-    with gateway_under_daphne(tmp_path_factory.mktemp("memory"), "http://127.0.0.1:9") as running:
-        base = running.url.removesuffix("/v1")
-        # Warm up the views these tests reach, so their first use is not counted.
-        httpx2.get(f"{base}/api/v1/sessions", headers={"Authorization": f"Bearer {running.token}"}, timeout=30)
-        httpx2.post(f"{base}/api/v1/sessions", json={}, timeout=30)
-        yield running
 
 
 def _send_raw(base: str, head: bytes, chunks, *, chunked: bool) -> bytes:
@@ -134,3 +121,4 @@ async def test_the_middleware_answers_413_before_the_rest_is_read(settings, decl
     assert start["type"] == "http.response.start" and start["status"] == 413
     body = await app.receive_output(timeout=10)
     assert json.loads(body["body"])["field"] == "body"
+
