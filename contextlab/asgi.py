@@ -13,11 +13,15 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the apps loa
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from contextlab.core.bodylimit import BodyLimitMiddleware, guard_daphne  # noqa: E402
 from contextlab.dashboard.routing import websocket_urlpatterns  # noqa: E402
 
+# Bodies are capped before they are read: by daphne while receiving, and by the
+# middleware for any other server.
+guard_daphne()
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -215,6 +215,10 @@ WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspac
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("CONTEXTLAB_MAX_BODY_BYTES", str(32 * 1024 * 1024))
 # Largest transcript or session bundle accepted for import.
 CONTEXTLAB_MAX_UPLOAD_BYTES = envint("CONTEXTLAB_MAX_UPLOAD_BYTES", str(256 * 1024 * 1024))
+# Largest request body the server receives at all (an upload and its form
+# fields); refused with 413 while it arrives. Without credentials the limit is
+# DATA_UPLOAD_MAX_MEMORY_SIZE.
+CONTEXTLAB_MAX_REQUEST_BYTES = envint("CONTEXTLAB_MAX_REQUEST_BYTES", str(CONTEXTLAB_MAX_UPLOAD_BYTES + 1024 * 1024))
 # Where the tiktoken vocabularies are installed by scripts/install_tiktoken_data.py.
 TIKTOKEN_DIR = Path(os.getenv("CONTEXTLAB_TIKTOKEN_DIR", VAR_DIR / "tiktoken"))
 os.environ.setdefault("CONTEXTLAB_TIKTOKEN_DIR", str(TIKTOKEN_DIR))

@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.utils.timezone import now
 
 from contextlab.api.models import ApiToken, hash_token
@@ -27,6 +28,7 @@ from contextlab.engine.errors import (
     InvalidProfile,
     TokenizerUnavailable,
 )
+from contextlab.engine.unicode import first_unencodable
 from contextlab.sessions.services import PayloadTooLarge, SessionUnavailable
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,8 @@ def authorize(view: ApiView) -> ApiView:
             return error(404, "not found", None)
         except RequestDataTooBig:
             return error(413, "the request body is larger than this server accepts", "body")
+        except MultiPartParserError as exc:
+            return error(400, f"the body is not a readable multipart form: {exc}", "body")
         except Exception:
             log.exception("API error in %s", request.path)
             return error(500, "internal error; the server log has the details", None)
@@ -157,6 +161,11 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
         raise ApiError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels", "body")
     if not isinstance(value, dict):
         raise ApiError(400, "the body must be a JSON object", "body")
+    # "\ud800" is valid JSON but no text: stored, it would break every page and
+    # the export that shows it. Refused here, naming where it is.
+    where = first_unencodable(value)
+    if where is not None:
+        raise ApiError(400, f"{where} holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text", where)
     return value
 
 

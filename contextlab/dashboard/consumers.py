@@ -47,6 +47,8 @@ MIN_PUSH_INTERVAL = 0.05
 # Sent ahead of the rest: cheap to render, and what a viewer watches (the
 # gauge must follow an append within a blink; the lists may take a few ms more).
 FIRST = frozenset({"stats", "gauge", "compaction"})
+# The page's frames are a few dozen characters; anything longer is not one of them.
+MAX_FRAME_CHARS = 4_096
 
 
 # channels ships no types, so its base class is Any to mypy.
@@ -65,10 +67,15 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         # The live fragments the page shows (None until it says): a pinned turn
         # or another page of a list has no live target, so it is never pushed.
         self._shown: frozenset[str] | None = None
+        # A refusal is accepted first, then closed with our code: closing before
+        # the accept makes the server answer the handshake with HTTP 403, which
+        # the page cannot tell from a network error and keeps reconnecting.
         if user is None or not user.is_authenticated:
+            await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         if not await self._fetch_owned(user.pk):
+            await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
             return
         # Publishers on other threads hop onto this loop (contextlab.live).
@@ -85,10 +92,12 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             task.cancel()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not getattr(self, "group", None) or len(text_data or "") > MAX_FRAME_CHARS:
+            return
         try:
             message = json.loads(text_data or "{}")
-        except ValueError:
-            return
+        except (ValueError, RecursionError):
+            return  # not a frame the page sends: ignore it, keep the socket
         if not isinstance(message, dict):
             return
         kind = message.get("type")
@@ -181,6 +190,6 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
 def _int(value: Any) -> int:
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        return max(0, int(value))
+    except (TypeError, ValueError, OverflowError):  # OverflowError: 1e400 is infinity
         return 0

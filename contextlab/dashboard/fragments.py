@@ -19,6 +19,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -373,8 +374,12 @@ def ledger_context(session: AgentSession, *, page: str | int | None = 1) -> dict
         days = (file.expires_at - now).days if file.expires_at else None
         rows.append({"file": file, "message": messages.get(file.message_id),
                      "expired": bool(file.expires_at and file.expires_at <= now),
-                     "days_left": days, "exists": (session.workspace / file.path).is_file()})
+                     "days_left": days, "exists": _is_file(session.workspace_file(file.path))})
     return {"ledger_page": paged, "ledger_rows": rows, "ledger_live": paged.number == 1}
+
+
+def _is_file(path: Path | None) -> bool:
+    return path is not None and path.is_file()
 
 
 # -- manual compaction -----------------------------------------------------------------------

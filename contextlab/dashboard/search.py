@@ -155,7 +155,10 @@ def search_session(session: AgentSession, query: str) -> SearchResult:
                for hit in result.messages if hit.message.archive_file}
     budget = [MAX_FILE_BYTES]
     for file in session.offloaded_files.order_by("pk"):
-        lines, first = _scan_file(session.workspace / file.path, needle, budget)
+        path = session.workspace_file(file.path)
+        if path is None:
+            continue
+        lines, first = _scan_file(path, needle, budget)
         if lines:
             result.files.append({"path": file.path, "lines": lines, "message_id": file.message_id,
                                  "snippet": snippet(first or "", needle)})

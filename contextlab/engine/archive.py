@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contextlab.engine.messages import Message
+from contextlab.engine.paths import UnsafePath, workspace_path
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,9 @@ class DialogArchive:
         restored: list[str] = []
         if int(journal["turn"]) > committed_turn:
             for name, before in journal["files"].items():
-                path = self.folder / name
+                path = self._journalled_file(name)
+                if path is None:
+                    continue
                 if path.exists() and path.stat().st_size > before["bytes"]:
                     with path.open("r+b") as fh:
                         fh.truncate(before["bytes"])
@@ -155,8 +158,22 @@ class DialogArchive:
         self.commit()
         return restored
 
+    def _journalled_file(self, name: Any) -> Path | None:
+        """The archive file a journal entry names, or None when the entry names anything else.
+
+        The journal is only ever written with bare ``*.jsonl`` names of this
+        folder; any other entry (``../..``, an absolute path, a symlink out)
+        did not come from here and must not make ``recover`` cut a file.
+        """
+        if not isinstance(name, str) or "/" in name or not name.endswith(".jsonl"):
+            return None
+        try:
+            return workspace_path(self.folder, name, field="journal")
+        except UnsafePath:
+            return None
+
     def read(self, location: ArchiveLocation) -> dict[str, Any]:
-        path = self.workspace / location.file
+        path = workspace_path(self.workspace, location.file, field="archive.file")
         with path.open(encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
                 if number == location.line:

@@ -748,8 +748,11 @@ class ContextManager:
             self._archive_files.update(loc.file for loc in locations)
             for msg, loc in zip(to_compact, locations, strict=True):
                 self.archived_ids.append(msg.id)
-                self.fate[msg.id].append({"event": "compacted", "turn": trace.turn, "summary_version": version,
-                                          "archive": loc.to_dict()})
+                # An eviction placeholder was never ingested, so it has no fate of its
+                # own: its originals' fates already say where they went.
+                if msg.id in self.fate:
+                    self.fate[msg.id].append({"event": "compacted", "turn": trace.turn,
+                                              "summary_version": version, "archive": loc.to_dict()})
             files = sorted({loc.file for loc in locations})
             rec.status = "fired"
             rec.numbers = {"archived": len(to_compact), "summary_version": version,

@@ -9,12 +9,15 @@ outputs kept 30 days.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.unicode import encodable
 
 Policy = Literal["contextlab", "copaw", "eviction"]
 POLICIES: tuple[str, ...] = ("contextlab", "copaw", "eviction")
@@ -55,6 +58,17 @@ BOUNDS: dict[str, Bound] = {
     "eviction_weight_recency": Bound(0.0, 1.0, "weight of recency in a unit's score"),
     "eviction_weight_density": Bound(0.0, 1.0, "weight of information density in a unit's score"),
 }
+
+
+# The knobs that are text; each must be a string a database and a page can hold.
+TEXT_KNOBS: tuple[str, ...] = ("name", "policy", "tokenizer", "compactor", "compaction_base_url", "compaction_model",
+                               "compaction_api_key_env", "summary_language", "timezone", "eviction_strategy")
+
+
+@functools.cache
+def _timezones() -> frozenset[str]:
+    """The IANA zone names this machine knows ("UTC" always)."""
+    return frozenset(zoneinfo.available_timezones()) | {"UTC"}
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,16 @@ class Profile:
 
     # -- validation --------------------------------------------------------------
     def validate(self) -> None:
+        for name in TEXT_KNOBS:
+            value = getattr(self, name)
+            # A client's JSON can carry any type here; str(True) must not become a setting.
+            if not isinstance(value, str):
+                raise InvalidProfile(f"{name} must be a string", field=name)
+            if "\x00" in value or not encodable(value):
+                raise InvalidProfile(f"{name} holds a character that cannot be stored", field=name)
+        if self.timezone not in _timezones():
+            raise InvalidProfile(f"unknown timezone {self.timezone!r}; use an IANA name such as Europe/Paris or UTC",
+                                 field="timezone")
         if self.policy not in POLICIES:
             raise InvalidProfile(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}", field="policy")
         if self.summary_language not in LANGUAGES:

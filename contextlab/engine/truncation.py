@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from contextlab.engine.paths import workspace_path
+
 MARKER = "<<<TRUNCATED>>>"
 
 
@@ -174,11 +176,7 @@ class OffloadStore:
 
     def resolve(self, relative: str) -> Path:
         """The absolute path of a workspace-relative name; never outside the workspace."""
-        candidate = (self.workspace / relative).resolve()
-        root = self.workspace.resolve()
-        if root != candidate and root not in candidate.parents:
-            raise ValueError(f"{relative!r} points outside the workspace")
-        return candidate
+        return workspace_path(self.workspace, relative, field="offload.file")
 
     def cleanup_expired(
         self, *, retention_days: int, referenced: set[str], now: dt.datetime | None = None

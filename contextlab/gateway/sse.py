@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from contextlab.engine.unicode import repaired
+
 
 @dataclass
 class Event:
@@ -32,8 +34,8 @@ class Event:
         if self.data is None or self.done:
             return None
         try:
-            return json.loads(self.data)
-        except ValueError:
+            return repaired(json.loads(self.data))
+        except (ValueError, RecursionError):
             return None
 
 

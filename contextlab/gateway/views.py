@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.views.decorators.csrf import csrf_exempt
 
 from contextlab import telemetry
+from contextlab.engine.unicode import repaired
 from contextlab.gateway import observe, services, sse, upstream
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 
@@ -57,7 +58,9 @@ def _json_body(request: HttpRequest) -> dict[str, Any]:
         raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(value, dict):
         raise GatewayError(400, "the request body must be a JSON object", code="invalid_json")
-    return value
+    # An agent resends its whole history every call, so refusing a lone
+    # surrogate would wedge it for good: it becomes U+FFFD instead.
+    return dict(repaired(value))
 
 
 def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
@@ -141,8 +144,8 @@ def _unreachable(exchange: Exchange, start: float, status: int, message: str, co
 def _completion_parts(content: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Choice 0's message and the usage of a completion, when the answer is one."""
     try:
-        data = json.loads(content)
-    except ValueError:
+        data = repaired(json.loads(content))
+    except (ValueError, RecursionError):
         return None, None
     if not isinstance(data, dict):
         return None, None

@@ -8,10 +8,13 @@ behind ``<details>``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from contextlab.engine.ansi import ANSI_ESCAPE as _ANSI
+from contextlab.engine.unicode import repaired
 
 # Control characters other than tab, newline and carriage return; shown as a
 # visible placeholder so a reader knows something was there.
@@ -64,3 +67,14 @@ def excerpt(text: str, limit: int = 240) -> str:
     """One line of cleaned text, at most ``limit`` characters."""
     flat = " ".join(clean(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class RepairingJSONDecoder(json.JSONDecoder):
+    """Decodes JSON columns with every lone surrogate replaced by U+FFFD.
+
+    A row stored before the boundaries refused them would otherwise make every
+    page, list and export that reads it fail to encode its answer.
+    """
+
+    def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
+        return repaired(super().decode(s, *args, **kwargs))

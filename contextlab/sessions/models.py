@@ -23,6 +23,7 @@ from django.urls import reverse
 from django.utils.timezone import now
 
 from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.paths import UnsafePath, workspace_path
 from contextlab.engine.profile import (
     BOUNDS,
     COMPACTORS,
@@ -32,6 +33,7 @@ from contextlab.engine.profile import (
     TOKENIZERS,
     Profile,
 )
+from contextlab.lib.textsafe import RepairingJSONDecoder
 
 _DEFAULT = Profile()
 # Every knob of the engine's Profile, in its order; "name" is the row's own
@@ -199,7 +201,7 @@ class AgentSession(models.Model):
     system_prompt = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
     # ContextManager.export_state(): the engine's whole in-memory state.
-    engine_state = models.JSONField(default=dict, blank=True)
+    engine_state = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
     summary = models.TextField(blank=True)
     summary_version = models.PositiveIntegerField(default=0)
     # Numbers for the sessions list, kept current by the services so the list
@@ -213,7 +215,7 @@ class AgentSession(models.Model):
     messages_count = models.PositiveIntegerField(default=0)
     live_count = models.PositiveIntegerField(default=0)
     # Where an imported session came from: format, file name, importer warnings.
-    source = models.JSONField(default=dict, blank=True)
+    source = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
     created = models.DateTimeField(default=now)
     last_activity = models.DateTimeField(default=now)
 
@@ -233,6 +235,17 @@ class AgentSession(models.Model):
     @property
     def workspace(self) -> Path:
         return Path(settings.WORKSPACES_DIR) / str(self.id)
+
+    def workspace_file(self, relative: str) -> Path | None:
+        """The workspace file a stored path names, or None when that path leads outside the workspace.
+
+        Paths in rows came from the engine or from an imported bundle: they are
+        checked, never joined blindly.
+        """
+        try:
+            return workspace_path(self.workspace, relative)
+        except UnsafePath:
+            return None
 
     @property
     def had_failure(self) -> bool:
@@ -289,8 +302,8 @@ class SessionMessage(models.Model):
     timestamp = models.TextField(blank=True)
     # The engine's own JSON form of the content blocks: as ingested (before any
     # truncation), and as the live context holds it now (or held it last).
-    content = models.JSONField()
-    current_content = models.JSONField()
+    content = models.JSONField(decoder=RepairingJSONDecoder)
+    current_content = models.JSONField(decoder=RepairingJSONDecoder)
     tokens = models.PositiveIntegerField(default=0, help_text="exact tokens of the current content")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.LIVE)
     # Stage 1 = cut when written into the context; 2 = re-cut in the hook
@@ -301,7 +314,7 @@ class SessionMessage(models.Model):
     summary_version = models.PositiveIntegerField(null=True, blank=True)
     archive_file = models.CharField(max_length=200, blank=True)
     archive_line = models.PositiveIntegerField(null=True, blank=True)
-    fate = models.JSONField(default=list, blank=True, help_text="the engine's fate events for this message")
+    fate = models.JSONField(default=list, blank=True, decoder=RepairingJSONDecoder, help_text="the engine's fate events for this message")
 
     class Meta:
         ordering = ["seq"]
@@ -379,9 +392,9 @@ class Turn(models.Model):
     trigger = models.CharField(max_length=16)
     outcome = models.CharField(max_length=32)
     policy = models.CharField(max_length=16)
-    trace = models.JSONField()
+    trace = models.JSONField(decoder=RepairingJSONDecoder)
     # The exact messages sent to the LLM at this turn, in OpenAI's format.
-    payload = models.JSONField(default=list)
+    payload = models.JSONField(default=list, decoder=RepairingJSONDecoder)
     used_tokens = models.PositiveIntegerField(
         default=0, help_text="system prompt + summary + messages as the hook measured them coming in")
     threshold = models.PositiveIntegerField(default=0)

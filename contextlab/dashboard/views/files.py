@@ -29,11 +29,8 @@ TEXT = "text/plain; charset=utf-8"
 
 def workspace_file(session: AgentSession, relative: str) -> Path:
     """The file ``relative`` inside the session's workspace; Http404 for anything else."""
-    root = session.workspace.resolve()
-    if not relative or "\x00" in relative or relative.startswith(("/", "\\")):
-        raise Http404("No such file")
-    target = (root / relative).resolve()
-    if not target.is_relative_to(root) or not target.is_file():
+    target = session.workspace_file(relative)
+    if target is None or not target.is_file():
         raise Http404("No such file")
     return target
 

@@ -32,6 +32,7 @@ from contextlab.engine.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from contextlab.engine.unicode import repaired
 
 HINTS_KEY = "openai"
 
@@ -223,7 +224,7 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
         value = json.loads(arguments, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
         return {}
-    return value if isinstance(value, dict) else {}
+    return repaired(value) if isinstance(value, dict) else {}
 
 
 def _reject_constant(name: str) -> Any:

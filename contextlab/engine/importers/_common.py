@@ -31,6 +31,7 @@ from contextlab.engine.messages import (
     ToolUseBlock,
     check_sequence,
 )
+from contextlab.engine.unicode import repaired
 
 MAX_DEPTH = 200
 NO_RESULT_TEXT = "[no result was recorded for this call]"
@@ -93,7 +94,9 @@ def parse_json(text: str, where: str, first_line: int = 1) -> Any:
     """Parse one JSON document; errors name the line and column in the file."""
     check_depth(text, where)
     try:
-        return json.loads(text)
+        # A recorded transcript is taken as it is, but "\ud800" cannot be stored
+        # or shown anywhere: lone surrogates become U+FFFD.
+        return repaired(json.loads(text))
     except json.JSONDecodeError as exc:
         raise MalformedInput(
             f"invalid JSON at line {exc.lineno + first_line - 1}, column {exc.colno}: {exc.msg}", field="file"

@@ -6,12 +6,13 @@ import contextlib
 import io
 import json
 import logging
+import re
 import shutil
 import uuid
 import zipfile
 from collections.abc import Mapping
 from datetime import datetime
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +24,10 @@ from django.utils.dateparse import parse_datetime
 
 from contextlab.engine.archive import DialogArchive
 from contextlab.engine.errors import MalformedInput
+from contextlab.engine.memory import BACKUP_DIR, DAILY_DIR
+from contextlab.engine.paths import UnsafePath, relative_parts
+from contextlab.engine.retrieval import EXTERNALIZED_DIR
+from contextlab.engine.truncation import OffloadStore
 from contextlab.sessions.models import (
     PROFILE_KNOBS,
     AgentProfile,
@@ -93,23 +98,112 @@ def session_export(*, session: AgentSession) -> bytes:
                      for row in rows]
             _zip_write(archive, file_name, "".join(line + "\n" for line in lines).encode())
         workspace = session.workspace
-        # The archive journal is bookkeeping of a turn in flight here (see
-        # ``load_manager``), not session data: a bundle carries the committed state.
-        journal = workspace / DialogArchive.folder_name / DialogArchive.journal_name
+        # Only what an import keeps: the archive journal, for one, is bookkeeping
+        # of a turn in flight here (see ``load_manager``), not session data.
         if workspace.is_dir():
-            for path in sorted(p for p in workspace.rglob("*") if p.is_file() and p != journal):
-                _zip_write(archive, f"workspace/{path.relative_to(workspace).as_posix()}", path.read_bytes())
+            for path in sorted(workspace.rglob("*")):
+                relative = PurePosixPath(path.relative_to(workspace).as_posix())
+                if path.is_file() and not path.is_symlink() and _bundle_keeps(relative):
+                    _zip_write(archive, f"workspace/{relative}", path.read_bytes())
     return buffer.getvalue()
 
 
+# What a bundle's ``workspace/`` may hold: the folders the engine and the
+# insights write ("compare" is the policy comparison's result) and the two kinds
+# of top-level file. Anything else, hidden members included (the archive's
+# journal of a turn in flight above all), is no session data and is dropped.
+_BUNDLE_FOLDERS = frozenset({DialogArchive.folder_name, OffloadStore.folder_name, EXTERNALIZED_DIR, DAILY_DIR,
+                             BACKUP_DIR, "compare"})
+_BUNDLE_TOP_FILES = re.compile(r"^(?:MEMORY\.md|compact_invalid_[0-9a-f]+\.json)$")
+# Members are read in pieces of this size, counting what decompression really produces.
+_READ_CHUNK = 1024 * 1024
+
+
+def _bundle_keeps(relative: PurePosixPath) -> bool:
+    """True when a workspace-relative path is one a session bundle may carry."""
+    if any(part.startswith(".") for part in relative.parts):
+        return False
+    if len(relative.parts) == 1:
+        return bool(_BUNDLE_TOP_FILES.match(relative.name))
+    return relative.parts[0] in _BUNDLE_FOLDERS
+
+
 def _bundle_member_path(name: str) -> str | None:
-    """The workspace-relative path of a ``workspace/…`` member; refuses anything that could escape."""
+    """The workspace-relative path of a ``workspace/…`` member a bundle may carry, else None.
+
+    A member that could escape the workspace makes the whole bundle suspect: it is refused.
+    """
     if not name.startswith("workspace/") or name.endswith("/"):
         return None
-    relative = PurePosixPath(name[len("workspace/"):])
-    if relative.is_absolute() or not relative.parts or any(p in ("..", "") or "\\" in p for p in relative.parts):
-        raise MalformedInput(f"the bundle holds an unsafe path {name!r}", field="file")
+    relative = relative_parts(name[len("workspace/"):], field="file")
+    if not _bundle_keeps(relative):
+        log.info("session bundle: member %r dropped, not session data", name)
+        return None
     return relative.as_posix()
+
+
+def _check_row_paths(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """Paths in the rows name workspace files; each must be one a bundle may carry."""
+    checks = (("offloaded_files.jsonl", "path"), ("messages.jsonl", "archive_file"))
+    for file_name, key in checks:
+        for index, record in enumerate(rows.get(file_name, [])):
+            value = record.get(key) if isinstance(record, dict) else None
+            if key == "archive_file" and not value:
+                continue
+            try:
+                kept = isinstance(value, str) and _bundle_keeps(relative_parts(value))
+            except UnsafePath:
+                kept = False
+            if not kept:
+                raise MalformedInput(f"{file_name}[{index}].{key} names {value!r}, not a file of the session's "
+                                     "workspace", field="file")
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int]) -> bytes:
+    """A member's bytes, counted against ``budget`` as they come out of decompression.
+
+    The sizes a zip declares are the sender's word; only the running total of
+    what is actually produced bounds the memory a bundle can cost.
+    """
+    parts: list[bytes] = []
+    with archive.open(info) as member:
+        while chunk := member.read(_READ_CHUNK):
+            _spend(budget, len(chunk))
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+def _read_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int]) -> list[Any]:
+    """The JSON lines of a member, read line by line: only the parsed rows are held."""
+    rows: list[Any] = []
+    longest = _longest_json()
+    with archive.open(info) as member:
+        while line := member.readline(longest + 1):
+            _spend(budget, len(line))
+            if len(line) > longest:
+                raise PayloadTooLarge(f"{info.filename} holds a line longer than {longest:,} bytes", field="file")
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def _longest_json() -> int:
+    """The most bytes one JSON document of a bundle (session.json, a row) may hold: twice an API body."""
+    return 2 * int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
+
+def _copy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, budget: list[int]) -> None:
+    """A workspace member written to ``target`` piece by piece, never whole in memory."""
+    with archive.open(info) as member, target.open("wb") as out:
+        while chunk := member.read(_READ_CHUNK):
+            _spend(budget, len(chunk))
+            out.write(chunk)
+
+
+def _spend(budget: list[int], size: int) -> None:
+    budget[0] -= size
+    if budget[0] < 0:
+        raise PayloadTooLarge("the bundle unpacks to more than the upload limit allows", field="file")
 
 
 def _bundle_profile(owner: User, data: Mapping[str, Any]) -> AgentProfile:
@@ -126,44 +220,55 @@ def _bundle_profile(owner: User, data: Mapping[str, Any]) -> AgentProfile:
     return profile_create(owner=owner, name=candidate, knobs=knobs)
 
 
-def session_import_bundle(*, owner: User, data: bytes, profile: AgentProfile | None = None) -> AgentSession:
-    """Recreate a session from ``session_export``'s zip, for ``owner``.
+def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProfile | None = None) -> AgentSession:
+    """Recreate a session from ``session_export``'s zip (its bytes or its file), for ``owner``.
 
     The session keeps its id when that id is free (so the notices in its
     messages still name its own workspace), else it gets a new one.
     """
     limit = settings.CONTEXTLAB_MAX_UPLOAD_BYTES
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
+        archive = zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data)
         infos = archive.infolist()
     except zipfile.BadZipFile as exc:
         raise MalformedInput(f"not a session bundle: {exc}", field="file") from exc
-    # Declared sizes bound what reading can cost (a zip bomb is refused here).
+    # Declared sizes refuse an honest oversized bundle at once; ``_read_member``
+    # holds a lying one to the same total.
     if sum(info.file_size for info in infos) > 4 * limit:
         raise PayloadTooLarge("the bundle unpacks to more than the upload limit allows", field="file")
+    budget = [4 * limit]
     names = {info.filename for info in infos}
     if "session.json" not in names:
         raise MalformedInput("not a session bundle: session.json is missing", field="file")
     files = {rel: info for info in infos if (rel := _bundle_member_path(info.filename)) is not None}
     try:
-        manifest = json.loads(archive.read("session.json"))
-        rows = {name: [json.loads(line) for line in archive.read(name).splitlines() if line.strip()]
-                for name in _BUNDLE_ROWS if name in names}
-    except (ValueError, RecursionError) as exc:
+        manifest_info = archive.getinfo("session.json")
+        if manifest_info.file_size > _longest_json():
+            raise PayloadTooLarge(f"session.json is larger than {_longest_json():,} bytes", field="file")
+        manifest = json.loads(_read_member(archive, manifest_info, budget))
+        rows = {name: _read_rows(archive, archive.getinfo(name), budget) for name in _BUNDLE_ROWS if name in names}
+    except (ValueError, RecursionError, zipfile.BadZipFile) as exc:
         raise MalformedInput(f"the bundle holds invalid JSON: {exc}", field="file") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise MalformedInput(f"not a session bundle of format {BUNDLE_FORMAT}", field="file")
+    for key in ("engine_state", "profile", "session"):
+        if manifest.get(key) is not None and not isinstance(manifest[key], dict):
+            raise MalformedInput(f"session.json: {key} must be an object", field="file")
+    for name, records in rows.items():
+        if not all(isinstance(record, dict) for record in records):
+            raise MalformedInput(f"{name}: every line must be an object", field="file")
+    _check_row_paths(rows)
 
     try:
-        session = _bundle_restore(owner, profile, manifest, rows, archive, files)
-    except (TypeError, ValueError, KeyError, DatabaseError) as exc:
+        session = _bundle_restore(owner, profile, manifest, rows, archive, files, budget)
+    except (TypeError, ValueError, KeyError, DatabaseError, zipfile.BadZipFile) as exc:
         raise MalformedInput(f"the bundle does not describe a valid session: {exc}", field="file") from exc
     return session
 
 
 def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[str, Any],
                     rows: dict[str, list[dict[str, Any]]], archive: zipfile.ZipFile,
-                    files: dict[str, zipfile.ZipInfo]) -> AgentSession:
+                    files: dict[str, zipfile.ZipInfo], budget: list[int]) -> AgentSession:
     with transaction.atomic():
         profile = profile or _bundle_profile(owner, manifest.get("profile") or {})
         session = AgentSession(owner=owner, profile=profile, engine_state=manifest.get("engine_state") or {},
@@ -197,7 +302,7 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
             for relative, info in sorted(files.items()):
                 target = workspace / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(archive.read(info))
+                _copy_member(archive, info, target, budget)
             # Loading the engine from the restored state proves the bundle is usable.
             load_manager(session)
         except BaseException:

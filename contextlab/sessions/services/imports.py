@@ -121,7 +121,7 @@ def _zip_import(*, owner: User, source: Path, profile: AgentProfile | None, titl
         return copaw_workspace_import(owner=owner, path=source, title=title, file_name=source.name)
     if kind == "requests":
         return requests_import(owner=owner, path=source, title=title, file_name=source.name, profile=profile)
-    return session_import_bundle(owner=owner, data=source.read_bytes(), profile=profile)
+    return session_import_bundle(owner=owner, data=source, profile=profile)
 
 
 def _replay(session: AgentSession, messages: list[Message],

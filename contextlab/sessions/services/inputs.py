@@ -9,6 +9,7 @@ from typing import Any
 from contextlab.engine.convert import detect_message_format, from_agentscope, from_anthropic, from_openai
 from contextlab.engine.errors import ContextLabError, InvalidMessages, MalformedInput
 from contextlab.engine.messages import Message
+from contextlab.engine.unicode import encodable, first_unencodable
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ def check_text(value: Any, field: str, *, max_length: int | None = None) -> str:
         raise MalformedInput(f"{field} must be a string", field=field)
     if "\x00" in value:
         raise MalformedInput(f"{field} holds a NUL character", field=field)
+    if not encodable(value):
+        raise MalformedInput(f"{field} holds a lone UTF-16 surrogate, which is not text", field=field)
     if max_length is not None and len(value) > max_length:
         raise MalformedInput(f"{field} is longer than {max_length:,} characters", field=field)
     return value
@@ -73,6 +76,10 @@ def check_raw_messages(messages: Any) -> list[dict[str, Any]]:
                 "the message holds a NUL character (\\u0000), which cannot be stored; escape binary output",
                 field=f"messages[{index}]",
             )
+    where = first_unencodable(messages, "messages")
+    if where is not None:
+        raise InvalidMessages("the message holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text",
+                              field=where)
     return messages
 
 

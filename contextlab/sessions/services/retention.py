@@ -58,9 +58,9 @@ def offloaded_prune(*, now: datetime | None = None) -> PruneResult:
                     row.referenced = row.path in referenced
                 OffloadedFile.objects.bulk_update(rows, ["referenced"])
                 expired = moment.timestamp() - locked.profile.retention_days * 86_400
+                kept = (locked.workspace_file(row.path) for row in rows if row.referenced)
                 result.kept_referenced += sum(
-                    1 for row in rows if row.referenced and (locked.workspace / row.path).is_file()
-                    and (locked.workspace / row.path).stat().st_mtime < expired)
+                    1 for path in kept if path is not None and path.is_file() and path.stat().st_mtime < expired)
         except SessionUnavailable:
             continue  # being imported: the next run will see it
         result.sessions += 1

@@ -1,0 +1,124 @@
+"""Item 3 of the trust boundary: no request makes the server hold what it sends.
+
+A real server (the project under daphne, in a subprocess) receives a 300 MB
+body and a zip bomb; its peak resident memory (``VmHWM``, which the kernel
+keeps) may grow by at most 100 MB. A memory property, not a timing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import zipfile
+from pathlib import Path
+
+import httpx2
+import pytest
+
+MB = 1024 * 1024
+MAX_GROWTH = 100 * MB
+
+
+def _peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc (Linux only)")
+
+
+def _send_raw(base: str, head: bytes, chunks, *, chunked: bool) -> bytes:
+    """Send a request by hand (the server may answer and close mid-body); return what it answered."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(head)
+        try:
+            for chunk in chunks:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            if chunked:
+                sock.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused while sending: what it answered is below
+        answer = b""
+        try:
+            while data := sock.recv(65536):
+                answer += data
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return answer
+
+
+def _zeros(total: int):
+    chunk = b"\0" * MB
+    for _ in range(total // MB):
+        yield chunk
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_it_refuses_a_300_mb_anonymous_post_without_holding_it(server, chunked):
+    base = server.url.removesuffix("/v1")
+    before = _peak_rss(server.process.pid)
+    length = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % (300 * MB)
+    head = b"POST /api/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s\r\n\r\n" % length
+    answer = _send_raw(base, head, _zeros(300 * MB), chunked=chunked)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert _peak_rss(server.process.pid) - before <= MAX_GROWTH
+
+
+def _bomb() -> bytes:
+    """A bundle under 1 MB that unpacks to 300 MB: blank JSON lines and a tool output of zeros."""
+    manifest = {"format": "contextlab.session-bundle/1", "session": {"title": "bomb"}, "engine_state": {}}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.writestr("session.json", json.dumps(manifest))
+        with archive.open("messages.jsonl", "w", force_zip64=True) as member:
+            for _ in range(200):
+                member.write(b" " * (MB - 1) + b"\n")
+        with archive.open("workspace/tool_result/zeros.txt", "w", force_zip64=True) as member:
+            for chunk in _zeros(100 * MB):
+                member.write(chunk)
+    return buffer.getvalue()
+
+
+def test_it_unpacks_a_zip_bomb_without_holding_it(server):
+    bomb = _bomb()
+    assert len(bomb) < MB
+    base = server.url.removesuffix("/v1")
+    before = _peak_rss(server.process.pid)
+    response = httpx2.post(f"{base}/api/v1/imports", files={"file": ("bomb.zip", bomb, "application/zip")},
+                           headers={"Authorization": f"Bearer {server.token}"}, timeout=120)
+    assert response.status_code in (201, 400, 413), response.text
+    assert _peak_rss(server.process.pid) - before <= MAX_GROWTH
+
+
+# -- the ASGI middleware, for servers that stream bodies to the application ------------------
+
+
+def _scope(headers: list[tuple[bytes, bytes]]) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": "/api/v1/sessions", "raw_path": b"/api/v1/sessions", "root_path": "",
+            "query_string": b"", "headers": [(b"host", b"testserver"), *headers], "client": ("127.0.0.1", 1),
+            "server": ("testserver", 80)}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("declared", [True, False])
+async def test_the_middleware_answers_413_before_the_rest_is_read(settings, declared):
+    from asgiref.testing import ApplicationCommunicator
+    from django.core.asgi import get_asgi_application
+
+    from contextlab.core.bodylimit import BodyLimitMiddleware
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * MB
+    headers = [(b"content-type", b"application/json")]
+    if declared:
+        headers.append((b"content-length", b"%d" % (300 * MB)))
+    app = ApplicationCommunicator(BodyLimitMiddleware(get_asgi_application()), _scope(headers))
+    if not declared:
+        for _ in range(5):  # 5 MB in 1 MB pieces, and "more to come": only the count can answer
+            await app.send_input({"type": "http.request", "body": b"\0" * MB, "more_body": True})
+    start = await app.receive_output(timeout=10)
+    assert start["type"] == "http.response.start" and start["status"] == 413
+    body = await app.receive_output(timeout=10)
+    assert json.loads(body["body"])["field"] == "body"
+
