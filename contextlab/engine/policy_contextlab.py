@@ -140,13 +140,14 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
 def minimum_gain(threshold: int, reserve: int) -> int:
     """The fewest tokens an automatic compaction must free to be worth its LLM call.
 
-    Half the room between the reserve line and the threshold (at least the
-    reserve): a compaction that frees less would be followed by another one a
-    turn or two later. It does not shrink when a large summary or system
-    prompt leaves little room under the threshold: that is exactly when small
-    compactions would follow each other.
+    Three quarters of the band between the reserve line and the threshold (at
+    least the reserve): a compaction that frees less would be followed by
+    another one a few turns later. It does not shrink when a large summary or
+    system prompt leaves little room under the threshold: that is exactly when
+    small compactions would follow each other. Until a compaction is worth it
+    the payload may sit between the threshold and the window, never over it.
     """
-    return max(reserve, (threshold - reserve) // 2)
+    return max(reserve, (threshold - reserve) * 3 // 4)
 
 
 def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan) -> bool:
@@ -173,12 +174,12 @@ def shrink_kept_part(manager: ContextManager, trace: TurnTrace, plan: SplitPlan,
     newest_group_start = plan.cut
     order = [m.id for i, m in sorted(((i, manager.messages[i]) for i in plan.keep),
                                      key=lambda pair: (pair[0] >= newest_group_start, -manager.tokens_of(pair[1])))
-             if m.tool_results]
+             if m.tool_results or m.tool_uses]
 
     def fits() -> bool:
         return sum(manager.tokens_of(m) for m in manager.messages if m.id in kept_ids) <= reserve
 
-    return shrink_messages(manager, trace, order, done=fits, arguments=False, reason="kept part over the reserve")
+    return shrink_messages(manager, trace, order, done=fits, arguments=True, reason="kept part over the reserve")
 
 
 def plan_for(manager: ContextManager, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
