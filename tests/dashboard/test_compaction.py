@@ -72,3 +72,16 @@ def test_it_refuses_a_session_being_imported(alice_client, worked_session):
     response = alice_client.post(_url(worked_session, "compaction/"))
     assert response.status_code == 409
     assert "still being imported" in response.content.decode()
+
+
+def test_it_shows_why_a_run_had_nothing_to_compact(alice_client, alice_session):
+    services.messages_append(session=alice_session, messages=tool_turn(1, output_bytes=200))
+    alice_client.post(_url(alice_session, "compaction/"))
+    run = CompactionRun.objects.get(session=alice_session)
+    assert services.compaction_work(run_id=run.pk) == "done"
+    run.refresh_from_db()
+    assert run.outcome == "nothing_to_compact" and "newest request" in run.error
+    page = alice_client.get(alice_session.get_absolute_url()).content.decode()
+    panel = page[page.index('<div id="compaction"'):page.index('id="compaction-preview"')]
+    assert 'class="muted run-reason small"' in panel
+    assert "the newest request, which is never compacted" in panel
