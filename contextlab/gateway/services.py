@@ -199,7 +199,11 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
             stage = "hook"
             exchange.matched = len(gateway.history)
             new = rest[exchange.matched:]
-            payload, trace = sessions.session_advance(session=gateway.session, messages=new, system_prompt=system)
+            # Tool definitions and a structured-output schema are billed as prompt
+            # tokens: the engine counts them as a layer of this call's budget.
+            payload, trace = sessions.session_advance(
+                session=gateway.session, messages=new, system_prompt=system,
+                request_schemas=(body.get("tools"), body.get("response_format")))
             gateway.history = [*gateway.history, *digests[exchange.matched:]]
             gateway.updated = now()
             gateway.save(update_fields=["history", "updated"])

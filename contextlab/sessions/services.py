@@ -464,13 +464,16 @@ def session_prepare(*, session: AgentSession) -> tuple[list[dict[str, Any]], dic
 
 
 def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
-                    system_prompt: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                    system_prompt: str | None = None,
+                    request_schemas: tuple[Any, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Ingest new OpenAI chat messages (possibly none) and run the hook, as one step.
 
     What ``messages_append`` then ``session_prepare`` do, under one lock and one
     load of the engine: nothing can slip in between, and the turn costs one
     state load instead of two. ``system_prompt``, when given and different,
     replaces the session's (clients that put the date or live notes in it).
+    ``request_schemas``, when given, is the call's ``(tools, response_format)``:
+    a budget layer of this and the following turns, until the next call says otherwise.
     Returns the payload and the trace, like ``session_prepare``.
     """
     if messages:
@@ -481,6 +484,8 @@ def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
         if system_prompt is not None and system_prompt != manager.system_prompt:
             manager.system_prompt = system_prompt
             locked.system_prompt = system_prompt
+        if request_schemas is not None:
+            manager.set_request_schemas(*request_schemas)
         before = _fate_sizes(manager)
         parsed: list[Message] = []
         if messages:
