@@ -452,10 +452,14 @@ def messages_append_openai(*, session: AgentSession, messages: list[dict[str, An
     return [rows[mid] for mid in ids if mid in rows]
 
 
-def session_prepare(*, session: AgentSession) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def session_prepare(*, session: AgentSession,
+                    request_schemas: tuple[Any, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the pre-reasoning hook: the exact messages for the next LLM call (OpenAI format),
-    and the turn's trace (``trace["turn"]`` is the turn number)."""
+    and the turn's trace (``trace["turn"]`` is the turn number). ``request_schemas``: as
+    in ``session_advance``."""
     with _locked(session) as (locked, manager):
+        if request_schemas is not None:
+            manager.set_request_schemas(*request_schemas)
         before = _fate_sizes(manager)
         result = manager.prepare()
         turn = _persist(locked, manager, before=before, result=result)
