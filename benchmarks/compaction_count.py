@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -77,11 +78,13 @@ def main() -> int:
     windows = WINDOWS[:1] if args.quick else WINDOWS
     variants = BASE_VARIANTS + (EVICTION_VARIANTS if args.eviction else ())
     transcripts = [t for t in TRANSCRIPTS if args.only in t]
-    print(f"machine: {platform.machine()}, {platform.system()}, Python {platform.python_version()}")
-    header = f"{'transcript':<40} {'window':>6} {'turns':>5}"
+    print(f"machine: {platform.machine()}, {platform.system()}, Python {platform.python_version()}, "
+          f"{os.cpu_count()} CPU(s)\n")
+    columns = ["transcript", "window", "turns"]
     for name, _ in variants:
-        header += f" | {name[:18]:>18} cmp/over/lost"
-    print(header)
+        columns += [f"{name} compactions", f"{name} over", f"{name} lost"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|")
     at_most_copaw = rows = over_total = lost_total = 0
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,11 +92,11 @@ def main() -> int:
             for window in windows:
                 results = {name: run(relative, window, changes, Path(tmp) / f"{name}-{window}")
                            for name, changes in variants}
-                line = f"{short(relative):<40} {window:>6} {results['copaw']['turns']:>5}"
+                cells = [short(relative), f"{window:,}", str(results["copaw"]["turns"])]
                 for name, _ in variants:
                     r = results[name]
-                    line += f" | {r['compactions']:>18} {r['over']:>4} {r['lost']:>4}"
-                print(line, flush=True)
+                    cells += [str(r["compactions"]), str(r["over"]), str(r["lost"])]
+                print("| " + " | ".join(cells) + " |", flush=True)
                 rows += 1
                 at_most_copaw += results["contextlab"]["compactions"] <= results["copaw"]["compactions"]
                 for name, r in results.items():
@@ -101,7 +104,8 @@ def main() -> int:
                         over_total += r["over"]
                         lost_total += r["lost"]
     print(f"\ncontextlab compactions ≤ copaw on {at_most_copaw}/{rows} rows; over-window turns (all policies "
-          f"but copaw): {over_total}; lost messages: {lost_total}; {time.perf_counter() - started:.0f} s")
+          f"but copaw): {over_total}; lost messages (all policies but copaw): {lost_total}; "
+          f"{time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -252,9 +252,14 @@ def schema(server_url: str) -> dict[str, Any]:
                 "parameters": [SESSION_ID],
                 "post": {
                     "summary": "Run the pre-reasoning hook; returns the exact messages to send and the trace",
+                    "description": "tools and response_format (optional, as in an OpenAI chat request) are the "
+                                   "next call's tool definitions and output schema: a layer of its budget.",
+                    "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                        "type": "object", "properties": {"tools": {"type": "array", "items": _OBJ},
+                                                         "response_format": _OBJ}}}}},
                     "responses": {"200": _json({"type": "object", "properties": {
                         "turn": _INT, "messages": {"type": "array", "items": _OBJ}, "trace": _ref("Trace")}}),
-                        **_errors(404, 409)},
+                        **_errors(400, 404, 409)},
                 },
             },
             "/sessions/{session_id}/usage": {

@@ -155,7 +155,12 @@ def session_messages(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @authorize
 def session_prepare(request: ApiRequest, session_id: UUID) -> HttpResponse:
     session = _session(request, session_id)
-    payload, trace = services.session_prepare(session=session)
+    body = json_body(request)
+    # The call's tool definitions and response format, when the client sends them,
+    # are a layer of its budget (they are billed as prompt tokens).
+    schemas = (body.get("tools"), body.get("response_format")) \
+        if "tools" in body or "response_format" in body else None
+    payload, trace = services.session_prepare(session=session, request_schemas=schemas)
     return JsonResponse({"turn": trace["turn"], "messages": payload, "trace": trace})
 
 

@@ -118,12 +118,12 @@ def gauge_context(session: AgentSession, latest: Turn | None, *, now: bool = Tru
     pending = _pending(session, latest) if now else {"tool_results": 0, "messages": 0, "count": 0}
     if latest is not None:
         layers = latest.layer_tokens()
-        system, summary = layers["system"], layers["summary"]
+        system, summary, schemas = layers["system"], layers["summary"], layers["tools"]
         messages = layers["messages"] + pending["messages"]
         tools = layers["tool_results"] + pending["tool_results"]
         total = layers["total"] + pending["messages"] + pending["tool_results"]
     else:
-        system, summary = _system_tokens(session), 0
+        system, summary, schemas = _system_tokens(session), 0, 0
         messages, tools = pending["messages"], pending["tool_results"]
         # The provider's reply priming, as the engine counts it.
         total = system + messages + tools + (3 if system or messages or tools else 0)
@@ -131,7 +131,8 @@ def gauge_context(session: AgentSession, latest: Turn | None, *, now: bool = Tru
     segments = [
         {"key": key, "label": label, "tokens": value, "percent": round(100 * value / scale, 3)}
         for key, label, value in (("system", "system prompt", system), ("summary", "summary", summary),
-                                  ("messages", "kept messages", messages), ("tool_results", "tool results", tools))
+                                  ("tools", "tool schemas", schemas), ("messages", "kept messages", messages),
+                                  ("tool_results", "tool results", tools))
     ]
     return {"gauge": {
         "window": window, "threshold": threshold, "reserve": reserve, "total": total,
@@ -264,8 +265,12 @@ def llm_context(session: AgentSession, turn: Turn | None, *, page: str | int | N
         "llm_turn": turn, "llm_live": live and paged.number == 1,
         "llm_page": paged, "llm_rows": [_payload_row(r, stale) for r in paged.object_list],
         "llm_counts": counts, "llm_previous": previous.number if previous else None,
+        # Tool definitions are sent beside the messages, not in them: a layer
+        # of the payload shown only when the call declared some.
         "llm_layers": [{"key": key, "label": payload_diff.LAYER_LABELS[key], "tokens": layers.get(key, 0),
-                        "percent": round(100 * layers.get(key, 0) / total, 2)} for key in payload_diff.LAYERS],
+                        "percent": round(100 * layers.get(key, 0) / total, 2)}
+                       for key in (*payload_diff.LAYERS[:2], "tools", *payload_diff.LAYERS[2:])
+                       if key != "tools" or layers.get("tools")],
         "llm_message_count": len(turn.payload or []),
         **usage_context(turn),
     }

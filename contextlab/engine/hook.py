@@ -45,6 +45,8 @@ from contextlab.engine.messages import (
 from contextlab.engine.policy import Policy, build_policy
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
 from contextlab.engine.prompts import language_of_summary, summary_language
+from contextlab.engine.schemas import check_response_format, check_tools
+from contextlab.engine.schemas import schema_tokens as count_schema_tokens
 from contextlab.engine.split import SplitPreview
 from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, CopawEstimator, TiktokenCounter, TokenCounter
 from contextlab.engine.tool_results import (
@@ -155,6 +157,8 @@ class ContextManager:
         clock: Callable[[], dt.datetime] | None = None,
         memory_workspace: str | Path | None | bool = True,
         transactional: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> None:
         self.profile = profile
         self.workspace = Path(workspace)
@@ -177,6 +181,12 @@ class ContextManager:
         # The counter the policy decides with: exact, except CoPaw's estimate
         # for the copaw policy (so a replay sees the numbers CoPaw saw).
         self.counter = self.exact_counter if self.policy.exact_counts else self.estimator
+        # Tool definitions and the response-format schema of the next call: a
+        # fixed layer of the budget, like the system prompt (see schemas.py).
+        self.tools: list[dict[str, Any]] = []
+        self.response_format: dict[str, Any] | None = None
+        self.schema_tokens = 0
+        self.set_request_schemas(tools, response_format)
         self.compactor = compactor or self._default_compactor()
         self.fallback_compactor = ExtractiveCompactor()
         self.offload = OffloadStore(self.workspace)
@@ -238,6 +248,12 @@ class ContextManager:
                 retries=p.compaction_retries,
             )
         return build_compactor("extractive")
+
+    def set_request_schemas(self, tools: Any, response_format: Any) -> None:
+        """The tools and response format the next LLM call declares (None: none)."""
+        self.tools = check_tools(tools)
+        self.response_format = check_response_format(response_format)
+        self.schema_tokens = count_schema_tokens(self.exact_counter, self.tools, self.response_format)
 
     @property
     def summary_version(self) -> int:
@@ -617,28 +633,32 @@ class ContextManager:
             system_tokens = self._text_message_tokens(self.counter, "system", self.system_prompt)
             summary_msg = self.summary_message()
             summary_tokens = self.counter.count_message(summary_msg) if summary_msg else 0
-            used = system_tokens + summary_tokens
+            # CoPaw counts messages only; every other policy counts the schemas too.
+            tools_tokens = self.schema_tokens if self.policy.exact_counts else 0
+            used = system_tokens + summary_tokens + tools_tokens
             left = p.threshold - used
             rec.inputs = {"system_prompt_chars": len(self.system_prompt),
                           "summary_version": self.summary_version}
             rec.numbers = {"threshold": p.threshold, "reserve": p.reserve, "system_tokens": system_tokens,
-                           "summary_tokens": summary_tokens, "used": used, "left": left,
+                           "summary_tokens": summary_tokens, "tools_tokens": tools_tokens, "used": used,
+                           "left": left,
                            "messages_tokens": self._live_tokens, "messages_exact": self._live_exact,
                            "messages_estimate": self._live_estimate, "message_count": len(self.messages)}
             if left <= p.reserve:
                 rec.status = "warning"
                 rec.outcome = "over budget before any message"
                 rec.reasons.append(
-                    f"system prompt + summary use {used:,} of the {p.threshold:,}-token threshold, "
+                    f"system prompt + summary + tool schemas use {used:,} of the {p.threshold:,}-token threshold, "
                     f"leaving {left:,}, not more than the {p.reserve:,}-token reserve")
             else:
                 rec.outcome = f"{left:,} tokens left for messages"
         return used, left, rec
 
     def payload_tokens(self) -> int:
-        """System prompt + summary + live messages, by the policy's counter."""
+        """System prompt + summary + tool schemas + live messages, by the policy's counter."""
         summary_msg = self.summary_message()
-        return (self._text_message_tokens(self.counter, "system", self.system_prompt)
+        return ((self.schema_tokens if self.policy.exact_counts else 0)
+                + self._text_message_tokens(self.counter, "system", self.system_prompt)
                 + (self.counter.count_message(summary_msg) if summary_msg else 0) + self._live_tokens)
 
     def keep_identifiers(self, summary: str, to_compact: list[Message]) -> str:
@@ -663,7 +683,7 @@ class ContextManager:
         summary_msg = self.summary_message()
         return (self._text_message_tokens(self.exact_counter, "system", self.system_prompt)
                 + (self.exact_counter.count_message(summary_msg) if summary_msg else 0)
-                + self._live_exact + REPLY_PRIMING_TOKENS)
+                + self.schema_tokens + self._live_exact + REPLY_PRIMING_TOKENS)
 
     def cut_arguments(self, msg: Message, b_index: int, block: ToolUseBlock,
                       limit: int) -> tuple[ToolUseBlock, dict[str, Any] | None]:
@@ -793,10 +813,10 @@ class ContextManager:
             summary_tokens = self.exact_counter.count_message(summary_msg) if summary_msg else 0
             tool_tokens = self._exact_tool_tokens()
             message_tokens = self._live_exact - tool_tokens
-            total = system_tokens + summary_tokens + self._live_exact + REPLY_PRIMING_TOKENS
+            total = system_tokens + summary_tokens + self.schema_tokens + self._live_exact + REPLY_PRIMING_TOKENS
             pinned = [mid for mid in self.pinned_ids if self.fate[mid][-1]["event"] != "compacted"]
             rec.numbers = {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
-                           "tool_results": tool_tokens, "total": total, "window": self.profile.max_input_length,
+                           "tool_results": tool_tokens, "tools": self.schema_tokens, "total": total, "window": self.profile.max_input_length,
                            "message_count": len(self.messages), "estimate_total": self._live_estimate}
             rec.status = "warning" if total > self.profile.max_input_length else "ok"
             rec.outcome = (f"{total:,} tokens sent: system prompt + "
@@ -819,7 +839,7 @@ class ContextManager:
                 "pinned_message_ids": pinned,
                 "summary_version": self.summary_version,
                 "tokens": {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
-                           "tool_results": tool_tokens, "total": total},
+                           "tool_results": tool_tokens, "tools": self.schema_tokens, "total": total},
             }
         self._added, self._changed, self._removed = [], [], []
         trace.finish()
@@ -902,6 +922,8 @@ class ContextManager:
         return {
             "state_version": 1,
             "system_prompt": self.system_prompt,
+            "tools": self.tools,
+            "response_format": self.response_format,
             "turn": self.turn,
             "summary": self.summary,
             "summary_language": self.summary_language,
@@ -942,7 +964,8 @@ class ContextManager:
         transactional: bool = False,
     ) -> ContextManager:
         manager = cls(profile, workspace, system_prompt=state.get("system_prompt", ""),
-                      compactor=compactor, observer=observer, transactional=transactional)
+                      compactor=compactor, observer=observer, transactional=transactional,
+                      tools=state.get("tools"), response_format=state.get("response_format"))
         # A turn archived but never saved (a crash in between) is undone here;
         # only a transactional caller (which holds the session's lock) may do it.
         if transactional:

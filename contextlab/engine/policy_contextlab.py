@@ -110,6 +110,11 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
     if plan is None or not plan.compact:
         if plan is not None:
             trace.outcome = "nothing_to_compact"
+            check = trace.get("context_check")
+            if check is not None:
+                reason = nothing_to_compact_reason(manager, plan)
+                check.details["nothing_to_compact"] = reason
+                check.reasons.append(reason)
         fit_window_step(manager, trace)
         return
     to_compact = [manager.messages[i] for i in plan.compact]
@@ -140,13 +145,14 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
 def minimum_gain(threshold: int, reserve: int) -> int:
     """The fewest tokens an automatic compaction must free to be worth its LLM call.
 
-    Half the room between the reserve line and the threshold (at least the
-    reserve): a compaction that frees less would be followed by another one a
-    turn or two later. It does not shrink when a large summary or system
-    prompt leaves little room under the threshold: that is exactly when small
-    compactions would follow each other.
+    Three quarters of the band between the reserve line and the threshold (at
+    least the reserve): a compaction that frees less would be followed by
+    another one a few turns later. It does not shrink when a large summary or
+    system prompt leaves little room under the threshold: that is exactly when
+    small compactions would follow each other. Until a compaction is worth it
+    the payload may sit between the threshold and the window, never over it.
     """
-    return max(reserve, (threshold - reserve) // 2)
+    return max(reserve, (threshold - reserve) * 3 // 4)
 
 
 def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan) -> bool:
@@ -173,21 +179,47 @@ def shrink_kept_part(manager: ContextManager, trace: TurnTrace, plan: SplitPlan,
     newest_group_start = plan.cut
     order = [m.id for i, m in sorted(((i, manager.messages[i]) for i in plan.keep),
                                      key=lambda pair: (pair[0] >= newest_group_start, -manager.tokens_of(pair[1])))
-             if m.tool_results]
+             if m.tool_results or m.tool_uses]
 
     def fits() -> bool:
         return sum(manager.tokens_of(m) for m in manager.messages if m.id in kept_ids) <= reserve
 
-    return shrink_messages(manager, trace, order, done=fits, arguments=False, reason="kept part over the reserve")
+    return shrink_messages(manager, trace, order, done=fits, arguments=True, reason="kept part over the reserve")
 
 
 def plan_for(manager: ContextManager, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
-    if manual:
-        # Asked for explicitly: summarise everything before the newest user
-        # turn, which stays whole (CoPaw's /compact takes even that).
-        newest = newest_user_index(manager.messages)
-        reserve = sum(tokens[newest:]) if newest is not None else 0
-    return plan_split(manager.messages, tokens, reserve=reserve)
+    if not manual:
+        return plan_split(manager.messages, tokens, reserve=reserve)
+    # Asked for explicitly: summarise everything before the newest user turn,
+    # which stays whole (CoPaw's /compact takes even that).
+    newest = newest_user_index(manager.messages)
+    whole_turn = plan_split(manager.messages, tokens, reserve=sum(tokens[newest:]) if newest is not None else 0)
+    if whole_turn.compact:
+        return whole_turn
+    # One long request (an agent working through many tool rounds): split
+    # inside its turn at tool-group boundaries. The request stays pinned and
+    # the newest group stays; every earlier group goes.
+    return plan_split(manager.messages, tokens, reserve=0)
+
+
+def nothing_to_compact_reason(manager: ContextManager, plan: SplitPlan) -> str:
+    """Why a plan compacts nothing, in words a person reads on the page."""
+    if not manager.messages:
+        return "there is no live message to compact"
+    kept = [manager.messages[i] for i in plan.keep]
+    request = next((m for m in kept if m.is_user_turn), None)
+    groups = sum(1 for m in kept if m.tool_uses)
+    parts = []
+    if request is not None:
+        parts.append("the newest request, which is never compacted")
+    if groups:
+        parts.append("its newest tool group (a call never leaves without its results)" if request is not None
+                     else "the newest tool group (a call never leaves without its results)")
+    others = len(kept) - (1 if request is not None else 0) - sum(1 for m in kept if m.tool_uses or m.is_tool_result)
+    if others > 0:
+        parts.append(f"{others} message(s) after it")
+    what = " and ".join(parts) if parts else f"{len(kept)} message(s)"
+    return f"only {what} {'is' if len(kept) == 1 else 'are'} live: nothing older can be compacted"
 
 
 def summarise(

@@ -233,8 +233,11 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
             exchange.history_length = len(gateway.history) if gateway is not None else 0
             exchange.matched = min(exchange.history_length, len(digests))
             new = rest[exchange.matched:]
-            pending = repeat or sessions.session_advance_pending(session=session, messages=new,
-                                                                 system_prompt=system)
+            # Tool definitions and a structured-output schema are billed as prompt
+            # tokens: the engine counts them as a layer of this call's budget.
+            pending = repeat or sessions.session_advance_pending(
+                session=session, messages=new, system_prompt=system,
+                request_schemas=(body.get("tools"), body.get("response_format")))
             exchange.pending = pending
             if pending.committed:
                 # The hook compacted and its turn is written now: the ingested

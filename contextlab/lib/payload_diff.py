@@ -17,7 +17,7 @@ from typing import Any
 
 LAYERS: tuple[str, ...] = ("system", "summary", "messages", "tool_results")
 LAYER_LABELS: dict[str, str] = {"system": "system prompt", "summary": "summary", "messages": "kept messages",
-                                "tool_results": "tool results"}
+                                "tool_results": "tool results", "tools": "tool schemas"}
 
 Message = Mapping[str, Any]
 

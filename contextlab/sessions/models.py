@@ -424,7 +424,8 @@ class Turn(models.Model):
 
     def layer_tokens(self) -> dict[str, int]:
         tokens = (self.trace.get("payload") or {}).get("tokens") or {}
-        return {key: int(tokens.get(key, 0)) for key in ("system", "summary", "messages", "tool_results", "total")}
+        return {key: int(tokens.get(key, 0))
+                for key in ("system", "summary", "tools", "messages", "tool_results", "total")}
 
     def steps(self) -> list[dict[str, Any]]:
         return list(self.trace.get("steps") or [])

@@ -34,6 +34,23 @@ def test_it_runs_the_hook_and_returns_the_exact_payload(api, alice_session):
     assert turn["trace"] == data["trace"]
 
 
+def test_it_counts_the_tools_sent_with_prepare_as_a_budget_layer(api, alice_session):
+    tools = [{"type": "function", "function": {"name": "run_shell", "description": "Run a shell command.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "command": {"type": "string", "description": "The command."}}}}}]
+    api.post(f"/api/v1/sessions/{alice_session.id}/messages", {"messages": tool_turn(1)})
+    first = api.post(f"/api/v1/sessions/{alice_session.id}/prepare", {"tools": tools}).json()
+    tokens = first["trace"]["payload"]["tokens"]
+    assert tokens["tools"] > 10
+    # The layer stays for the next turns until a call says otherwise.
+    again = api.post(f"/api/v1/sessions/{alice_session.id}/prepare").json()
+    assert again["trace"]["payload"]["tokens"]["tools"] == tokens["tools"]
+    cleared = api.post(f"/api/v1/sessions/{alice_session.id}/prepare", {"tools": []}).json()
+    assert cleared["trace"]["payload"]["tokens"]["tools"] == 0
+    bad = api.post(f"/api/v1/sessions/{alice_session.id}/prepare", {"tools": {"name": "run_shell"}})
+    assert bad.status_code == 400 and bad.json()["field"] == "tools"
+
+
 def test_it_records_reported_usage(api, alice_session):
     api.post(f"/api/v1/sessions/{alice_session.id}/messages", {"messages": tool_turn(1)})
     prepared = api.post(f"/api/v1/sessions/{alice_session.id}/prepare").json()

@@ -97,3 +97,16 @@ def test_it_refuses_when_nothing_can_be_compacted_and_says_why(alice_client, wor
     worked_session.refresh_from_db()
     assert worked_session.turns_count == turns
     assert not CompactionRun.objects.filter(session=worked_session).exists()
+
+
+def test_it_shows_why_a_run_had_nothing_to_compact(alice_client, alice_session):
+    services.messages_append(session=alice_session, messages=tool_turn(1, output_bytes=200))
+    # The page refuses it (409, above); a run queued another way, e.g. through the API, says why.
+    run = services.compaction_enqueue(session=alice_session)
+    assert services.compaction_work(run_id=run.pk) == "done"
+    run.refresh_from_db()
+    assert run.outcome == "nothing_to_compact" and "newest request" in run.error
+    page = alice_client.get(alice_session.get_absolute_url()).content.decode()
+    panel = page[page.index('<div id="compaction"'):page.index('id="compaction-preview"')]
+    assert 'class="muted run-reason small"' in panel
+    assert "the newest request, which is never compacted" in panel

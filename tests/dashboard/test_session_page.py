@@ -183,3 +183,19 @@ def test_it_keeps_an_empty_session_readable(alice_client, alice_session):
     assert "No turn yet" in page and "No messages yet" in page
     work(alice_session, 1)
     assert "No turn yet" not in alice_client.get(_url(alice_session)).content.decode()
+
+
+def test_it_shows_the_tool_schema_layer_in_the_gauge_and_the_payload(alice_client, alice_session):
+    tools = [{"type": "function", "function": {"name": f"step_{i}", "description": "Run one build step.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "target": {"type": "string"}}}}} for i in range(10)]
+    services.session_advance(session=alice_session, messages=[{"role": "user", "content": "build it"}],
+                             request_schemas=(tools, None))
+    layers = alice_session.turns.get().layer_tokens()
+    assert layers["tools"] > 0
+    page = alice_client.get(_url(alice_session)).content.decode()
+    gauge = page[page.index('id="gauge"'):page.index('id="chart-card"')]
+    assert re.search(rf'data-layer="tools">.*?tool schemas <strong>{layers["tools"]:,}</strong>', gauge, re.S)
+    assert 'class="seg seg--tools"' in gauge
+    llm = page[page.index('id="llm-live"'):]
+    assert f'seg--tools"></span>tool schemas <strong>{layers["tools"]:,}</strong>' in llm

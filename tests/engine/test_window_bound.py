@@ -2,7 +2,8 @@
 
 Hypothesis builds agent sessions (requests, answers, tool rounds with large
 outputs and, sometimes, large call arguments) and replays them turn by turn
-under the ``contextlab`` policy and each eviction strategy, at a few windows.
+under the ``contextlab`` policy and each eviction strategy, at a few windows,
+with up to 25 tool definitions in the budget.
 After every turn the payload is recounted with tiktoken, independently of the
 engine's own bookkeeping, and must fit the window; at the end every message
 ever ingested must still be live, archived or externalized, intact.
@@ -20,6 +21,7 @@ from contextlab.engine.hook import ContextManager, TurnResult, replay_turns
 from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, check_sequence
 from contextlab.engine.profile import Profile
 from contextlab.engine.replay import write_final_context
+from contextlab.engine.schemas import tool_tokens
 from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, TiktokenCounter
 from contextlab.engine.verify import verify_replay
 from tests.engine.sessions import log_lines
@@ -71,21 +73,26 @@ def agent_sessions(draw: st.DrawFn) -> list[Message]:
     return messages
 
 
-def payload_tokens(result: TurnResult) -> int:
-    return sum(RECOUNT.count_message(m) for m in result.payload) + REPLY_PRIMING_TOKENS
+def payload_tokens(result: TurnResult, tools: list[dict]) -> int:
+    return sum(RECOUNT.count_message(m) for m in result.payload) + tool_tokens(RECOUNT, tools) + REPLY_PRIMING_TOKENS
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(messages=agent_sessions(), variant=st.sampled_from(POLICIES), window=st.sampled_from([8_000, 12_000, 16_000]))
+@given(messages=agent_sessions(), variant=st.sampled_from(POLICIES), window=st.sampled_from([8_000, 12_000, 16_000]),
+       tool_count=st.integers(0, 25))
 def test_it_never_sends_a_payload_over_the_window(tmp_path_factory: pytest.TempPathFactory, messages: list[Message],
-                                                  variant: dict[str, str], window: int) -> None:
+                                                  variant: dict[str, str], window: int, tool_count: int) -> None:
     workspace: Path = tmp_path_factory.mktemp("ws")
-    manager = ContextManager(Profile(max_input_length=window).replace(**variant), workspace)
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "Run one step of the build.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "target": {"type": "string", "description": "What to build."}}}}}
+             for i in range(tool_count)]
+    manager = ContextManager(Profile(max_input_length=window).replace(**variant), workspace, tools=tools)
     sizes: list[int] = []
 
     def check(result: TurnResult, _index: int) -> None:
-        sent = payload_tokens(result)
+        sent = payload_tokens(result, tools)
         assert sent == result.trace.payload["tokens"]["total"]
         assert sent <= window, (variant, result.trace.turn, sent)
         check_sequence(result.payload[1:] if result.summary_message else result.payload)

@@ -150,3 +150,23 @@ def test_it_records_a_reply_for_every_call(openai_client, provider, stream):
     gateway = GatewaySession.objects.get()
     assert len(gateway.history) == 2  # the ask and the reply
     assert gateway.session.messages.last().role == "assistant"
+
+
+def test_it_counts_the_calls_tool_schemas_as_a_layer_of_the_budget(openai_client, provider):
+    from contextlab.engine.schemas import tool_tokens
+    from contextlab.engine.tokens import TiktokenCounter
+
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Run step {i} of the build and report its errors.",
+        "parameters": {"type": "object", "properties": {"target": {"type": "string", "description": "Target."}}}}}
+        for i in range(40)]
+    openai_client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ASK], tools=tools)
+    assert provider.chat_requests[-1].body["tools"] == tools  # forwarded unchanged
+    turn = Turn.objects.get()
+    tokens = turn.trace["payload"]["tokens"]
+    layer = tool_tokens(TiktokenCounter(), tools)
+    assert tokens["tools"] == layer > 40 * 20
+    assert tokens["total"] == tokens["system"] + tokens["summary"] + tokens["tools"] + tokens["messages"] \
+        + tokens["tool_results"] + 3
+    gate = next(s for s in turn.trace["steps"] if s["step"] == "gate")
+    assert gate["numbers"]["tools_tokens"] == layer

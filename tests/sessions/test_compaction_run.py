@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from contextlab.engine.errors import MalformedInput
@@ -56,3 +58,38 @@ def test_it_refuses_a_non_string_instruction(alice_session):
         services.compaction_run(session=alice_session, instruction=["not", "text"])  # type: ignore[arg-type]
     assert info.value.field == "instruction"
     assert not CompactionRun.objects.exists()
+
+
+def _single_request(session, rounds: int) -> None:
+    """One request, then the agent works through ``rounds`` tool rounds on it."""
+    messages: list[dict] = [{"role": "user", "content": "Port every module under /srv/app to the new API."}]
+    for i in range(rounds):
+        call = f"call_{i}"
+        messages += [
+            {"role": "assistant", "content": f"Module m{i}.", "tool_calls": [{"id": call, "type": "function",
+             "function": {"name": "run_shell", "arguments": json.dumps({"command": f"port m{i}"})}}]},
+            {"role": "tool", "tool_call_id": call, "content": f"m{i}: 3 files changed"},
+        ]
+    services.messages_append(session=session, messages=messages)
+
+
+def test_it_compacts_inside_a_single_long_request_by_hand(alice_session):
+    _single_request(alice_session, 40)
+    run = services.compaction_run(session=alice_session)
+    assert run.status == CompactionRun.Status.DONE and run.outcome == "compacted" and not run.error
+    alice_session.refresh_from_db()
+    live = [m["id"] for m in alice_session.engine_state["messages"]]
+    request = SessionMessage.objects.get(session=alice_session, seq=1)
+    assert live[0] == request.message_id and len(live) == 3  # the request, the newest call and its result
+    assert alice_session.engine_state["pinned_ids"] == [request.message_id]
+    assert_nothing_lost(alice_session)
+
+
+def test_it_records_why_a_manual_compaction_had_nothing_to_do(alice_session):
+    _single_request(alice_session, 1)
+    run = services.compaction_run(session=alice_session)
+    assert run.status == CompactionRun.Status.DONE and run.outcome == "nothing_to_compact"
+    assert "newest request" in run.error and "tool group" in run.error
+    turn = alice_session.turns.get(number=run.turn_number)
+    check = next(s for s in turn.trace["steps"] if s["step"] == "context_check")
+    assert check["details"]["nothing_to_compact"] == run.error

@@ -70,6 +70,9 @@ def compaction_execute(*, run: CompactionRun) -> CompactionRun:
         raise
     assert turn is not None
     run.mark_done(turn_number=turn.number, outcome=turn.outcome)
+    if turn.outcome == "nothing_to_compact":
+        run.error = _nothing_to_compact_reason(turn.trace)
+        run.save(update_fields=["error"])
     return run
 
 
@@ -80,6 +83,11 @@ def _summary_failure(trace: Mapping[str, Any]) -> str:
         if step.get("status") == "failed":
             reasons.extend(str(r) for r in step.get("reasons") or [])
     return "; ".join(reasons) or "the summary failed"
+
+
+def _nothing_to_compact_reason(trace: Mapping[str, Any]) -> str:
+    details = trace_step(trace, "context_check").get("details") or {}
+    return str(details.get("nothing_to_compact") or "there is no live message to compact")
 
 
 def _run_finish(run: CompactionRun, turn: Turn) -> None:
@@ -94,6 +102,9 @@ def _run_finish(run: CompactionRun, turn: Turn) -> None:
     else:
         run.status = CompactionRun.Status.DONE
         run.error = ""
+        if turn.outcome == "nothing_to_compact":
+            # Not a failure, but the person who pressed "Compact now" is owed the why.
+            run.error = _nothing_to_compact_reason(turn.trace)
         if turn.outcome == "fallback_summary":
             run.error = ("the summary model failed (" + _summary_failure(turn.trace)
                          + "); the offline extractive summary was used instead")

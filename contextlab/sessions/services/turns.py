@@ -93,10 +93,14 @@ def messages_append_openai(*, session: AgentSession, messages: list[dict[str, An
     return [rows[mid] for mid in ids if mid in rows]
 
 
-def session_prepare(*, session: AgentSession) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def session_prepare(*, session: AgentSession,
+                    request_schemas: tuple[Any, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the pre-reasoning hook: the exact messages for the next LLM call (OpenAI format),
-    and the turn's trace (``trace["turn"]`` is the turn number)."""
+    and the turn's trace (``trace["turn"]`` is the turn number). ``request_schemas``: as
+    in ``session_advance``."""
     with locked_session(session) as (locked, manager):
+        if request_schemas is not None:
+            manager.set_request_schemas(*request_schemas)
         before = fate_sizes(manager)
         result = manager.prepare()
         turn = persist_step(locked, manager, before=before, result=result)
@@ -105,13 +109,16 @@ def session_prepare(*, session: AgentSession) -> tuple[list[dict[str, Any]], dic
 
 
 def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
-                    system_prompt: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                    system_prompt: str | None = None,
+                    request_schemas: tuple[Any, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Ingest new OpenAI chat messages (possibly none) and run the hook, as one step.
 
     What ``messages_append`` then ``session_prepare`` do, under one lock and one
     load of the engine: nothing can slip in between, and the turn costs one
     state load instead of two. ``system_prompt``, when given and different,
     replaces the session's (clients that put the date or live notes in it).
+    ``request_schemas``, when given, is the call's ``(tools, response_format)``:
+    a budget layer of this and the following turns, until the next call says otherwise.
     Returns the payload and the trace, like ``session_prepare``.
     """
     if messages:
@@ -122,6 +129,8 @@ def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
         if system_prompt is not None and system_prompt != manager.system_prompt:
             manager.system_prompt = system_prompt
             locked.system_prompt = system_prompt
+        if request_schemas is not None:
+            manager.set_request_schemas(*request_schemas)
         before = fate_sizes(manager)
         parsed: list[Message] = []
         if messages:
@@ -151,6 +160,7 @@ class PendingTurn:
     result: TurnResult | None
     messages: list[dict[str, Any]]
     system_prompt: str | None
+    request_schemas: tuple[Any, Any] | None = None
     before: dict[str, int] = field(default_factory=dict)
     originals: dict[str, Message] = field(default_factory=dict)
     # The session as the hook found it; a commit checks nobody wrote it since.
@@ -191,7 +201,8 @@ def session_new(*, owner: User, system_prompt: str, profile: AgentProfile, title
 
 
 def session_advance_pending(*, session: AgentSession, messages: list[dict[str, Any]],
-                            system_prompt: str | None = None) -> PendingTurn:
+                            system_prompt: str | None = None,
+                            request_schemas: tuple[Any, Any] | None = None) -> PendingTurn:
     """``session_advance`` without the write: the payload now, the turn once ``pending_turn_commit`` runs.
 
     ``session`` may be new (``session_new``). Call it inside the caller's
@@ -216,6 +227,8 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
         if system_prompt is not None and system_prompt != manager.system_prompt:
             manager.system_prompt = system_prompt
             locked.system_prompt = system_prompt
+        if request_schemas is not None:
+            manager.set_request_schemas(*request_schemas)
         before = fate_sizes(manager)
         parsed: list[Message] = []
         if messages:
@@ -224,7 +237,8 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             manager.append(parsed)
         result = manager.prepare()
         pending = PendingTurn(session=locked, manager=manager, result=result, messages=messages,
-                              system_prompt=system_prompt, before=before, originals={m.id: m for m in parsed},
+                              system_prompt=system_prompt, request_schemas=request_schemas, before=before,
+                              originals={m.id: m for m in parsed},
                               version=version)
         if manager.archive.journal_path.exists():
             if new:
@@ -278,7 +292,8 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
         return False
     if not same:
         log.info("session %s moved while its turn waited for the provider; running the turn again", session.pk)
-        session_advance(session=locked, messages=pending.messages, system_prompt=pending.system_prompt)
+        session_advance(session=locked, messages=pending.messages, system_prompt=pending.system_prompt,
+                        request_schemas=pending.request_schemas)
         if reply:
             messages_append_openai(session=locked, messages=reply)
         return False
