@@ -41,6 +41,7 @@ from contextlab.engine.hook import ContextManager, TurnResult, replay_turns
 from contextlab.engine.importers import load_transcript
 from contextlab.engine.messages import Message, block_to_dict
 from contextlab.engine.profile import Profile
+from contextlab.sessions import compaction_loss
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
     FAILURE_OUTCOMES,
@@ -372,6 +373,7 @@ def _persist(session: AgentSession, manager: ContextManager, *, before: Mapping[
     turn = _persist_turn(session, result) if result is not None else None
     _persist_summaries(session, manager)
     _persist_offloaded(session, manager)
+    compaction_loss.record(session)
     profile = manager.profile
     session.engine_state = manager.export_state(history=False)
     session.summary = manager.summary or ""
