@@ -24,7 +24,7 @@ from typing import Any
 from uuid import UUID
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -54,7 +54,7 @@ CHART_TURNS = 2_000
 WORD_DIFF_LIMIT = 20_000
 
 FRAGMENTS: tuple[str, ...] = ("stats", "gauge", "chart", "turns", "flow", "llm", "fate", "ledger", "summary",
-                              "compaction", "profile")
+                              "compaction", "profile", "timebar")
 # Which fragments each kind of change makes stale.
 KINDS: dict[str, tuple[str, ...]] = {
     # New messages can make a manual compaction possible (or keep it pointless).
@@ -157,7 +157,9 @@ def chart_context(session: AgentSession) -> dict[str, Any]:
                 .values_list("number", "used_tokens", "payload_tokens", "threshold", "outcome", "summary_version")
                 [:CHART_TURNS])
     rows.reverse()
-    compactions = [{"turn": n, "before": used, "after": sent, "version": version, "outcome": outcome}
+    lost = lost_by_turn(session, [row[0] for row in rows if row[4] in COMPACTION_OUTCOMES])
+    compactions = [{"turn": n, "before": used, "after": sent, "version": version, "outcome": outcome,
+                    "lost": lost.get(n, 0)}
                    for n, used, sent, _, outcome, version in rows if outcome in COMPACTION_OUTCOMES]
     data = {
         "turns": [r[0] for r in rows],
@@ -177,6 +179,22 @@ def chart_context(session: AgentSession) -> dict[str, Any]:
 # -- turns -----------------------------------------------------------------------------------
 
 
+def lost_by_turn(session: AgentSession, numbers: Iterable[int]) -> dict[int, int]:
+    """Identifiers lost at compaction time, by the turn that wrote the summary version."""
+    numbers = list(numbers)
+    if not numbers:
+        return {}
+    return {turn: int(count or 0) for turn, count in session.summary_versions.filter(
+        turn__in=numbers, lost_count__gt=0).order_by().values_list("turn", "lost_count")}
+
+
+def with_losses(session: AgentSession, turns: list[Turn]) -> list[Turn]:
+    lost = lost_by_turn(session, [t.number for t in turns if t.outcome in COMPACTION_OUTCOMES])
+    for turn in turns:
+        turn.lost_count = lost.get(turn.number, 0)  # type: ignore[attr-defined]
+    return turns
+
+
 def turns_context(session: AgentSession, *, page: str | int | None = 1, outcome: str = "") -> dict[str, Any]:
     qs = session.turns.order_by("-number").only(*_TURN_LIST_FIELDS)
     if outcome == "compacted":
@@ -184,13 +202,15 @@ def turns_context(session: AgentSession, *, page: str | int | None = 1, outcome:
     elif outcome == "failed":
         qs = qs.exclude(outcome__in=("no_action", "compacted"))
     turns = Paginator(qs, TURNS_PER_PAGE).get_page(page)
+    turns.object_list = with_losses(session, list(turns.object_list))
     return {"turns": turns, "turns_outcome": outcome,
             "turns_live": turns.number == 1 and not outcome}
 
 
 def turns_after(session: AgentSession, after: int, limit: int = TURNS_PER_PAGE) -> list[Turn]:
     """The turns after the page's cursor, newest first (at most ``limit``)."""
-    return list(session.turns.filter(number__gt=after).order_by("-number").only(*_TURN_LIST_FIELDS)[:limit])
+    return with_losses(session, list(session.turns.filter(number__gt=after).order_by("-number")
+                                     .only(*_TURN_LIST_FIELDS)[:limit]))
 
 
 # -- decision flow ------------------------------------------------------------------------
@@ -364,18 +384,20 @@ def fate_context(session: AgentSession, *, page: str | int | None = 1) -> dict[s
 # -- truncation ledger ----------------------------------------------------------------------
 
 
-def ledger_context(session: AgentSession, *, page: str | int | None = 1) -> dict[str, Any]:
-    paged = Paginator(session.offloaded_files.order_by("-pk"), LEDGER_PER_PAGE).get_page(page)
-    files = list(paged.object_list)
+def ledger_context(session: AgentSession, *, page: str | int | None = 1,
+                   files: QuerySet[OffloadedFile] | None = None) -> dict[str, Any]:
+    qs = files if files is not None else session.offloaded_files.order_by("-pk")
+    paged = Paginator(qs, LEDGER_PER_PAGE).get_page(page)
+    shown = list(paged.object_list)
     # No ORDER BY: sorting by seq makes SQLite walk the (session, seq) index over
     # every message of the session instead of looking the ids up (27 ms → 4 ms
     # at 10,000 messages).
     messages = {m.message_id: m for m in SessionMessage.objects.filter(
-        session=session, message_id__in=[f.message_id for f in files]).order_by().only(
+        session=session, message_id__in=[f.message_id for f in shown]).order_by().only(
         "seq", "message_id", "role", "truncated_turn", "truncated_stage", "status", "session_id")}
     now = timezone.now()
     rows = []
-    for file in files:
+    for file in shown:
         days = (file.expires_at - now).days if file.expires_at else None
         rows.append({"file": file, "message": messages.get(file.message_id),
                      "expired": bool(file.expires_at and file.expires_at <= now),
@@ -426,9 +448,34 @@ def compaction_blocker(session: AgentSession) -> str | None:
 # -- the whole page, and pushes ----------------------------------------------------------------
 
 
+def summary_context(session: AgentSession) -> dict[str, Any]:
+    return {"summary_live": True, "summary_text": session.summary, "summary_number": session.summary_version}
+
+
+def timebar_context(session: AgentSession, turn: Turn | None, *, live: bool = True) -> dict[str, Any]:
+    """The scrubber: which turn the panels show, and whether they follow the latest."""
+    number = turn.number if turn else 0
+    return {"timebar": {"live": live, "turn": number, "count": session.turns_count,
+                        "previous": number - 1 if number > 1 else None,
+                        "next": number + 1 if number and number < session.turns_count else None}}
+
+
+def live_context(session: AgentSession, latest: Turn | None) -> dict[str, Any]:
+    """Every panel that follows the latest turn (the page's first load, "follow the latest")."""
+    context: dict[str, Any] = {"session": session, "latest": latest, "gauge_live": True}
+    context.update(gauge_context(session, latest))
+    context.update(flow_context(session, latest, live=True))
+    context.update(llm_context(session, latest, live=True))
+    context.update(fate_context(session))
+    context.update(ledger_context(session))
+    context.update(summary_context(session))
+    context.update(timebar_context(session, latest))
+    return context
+
+
 def page_context(session: AgentSession) -> dict[str, Any]:
     latest = latest_turn(session, payload=True)
-    context: dict[str, Any] = {"session": session, "latest": latest, "oob": False}
+    context: dict[str, Any] = {"session": session, "latest": latest, "oob": False, "gauge_live": True}
     context.update(gauge_context(session, latest))
     context.update(chart_context(session))
     context.update(turns_context(session))
@@ -437,16 +484,20 @@ def page_context(session: AgentSession) -> dict[str, Any]:
     context.update(fate_context(session))
     context.update(ledger_context(session))
     context.update(compaction_context(session))
+    context.update(summary_context(session))
+    context.update(timebar_context(session, latest))
     return context
 
 
 def render_fragments(session: AgentSession, names: Iterable[str], *, event: Mapping[str, Any] | None = None) -> str:
     """The named fragments in their live version, marked for an out-of-band swap."""
     wanted = [name for name in FRAGMENTS if name in set(names)]
-    needs_turn = {"gauge", "flow", "llm"} & set(wanted)
+    needs_turn = {"gauge", "flow", "llm", "timebar"} & set(wanted)
     latest = latest_turn(session, payload="llm" in wanted) if needs_turn else None
-    context: dict[str, Any] = {"session": session, "latest": latest, "oob": True}
+    context: dict[str, Any] = {"session": session, "latest": latest, "oob": True, "gauge_live": True}
     builders = {
+        "summary": lambda: summary_context(session),
+        "timebar": lambda: timebar_context(session, latest),
         "gauge": lambda: gauge_context(session, latest),
         "chart": lambda: chart_context(session),
         "turns": lambda: turns_context(session),

@@ -477,6 +477,10 @@ class SummaryVersion(models.Model):
     compactor = models.CharField(max_length=32)
     fallback = models.BooleanField(default=False)
     compacted_ids = models.JSONField(default=list, blank=True)
+    # Identifiers of the compacted messages this version kept neither in its
+    # text nor in a file it names ({kind, value, message_id}); None: not checked yet.
+    lost_at_compaction = models.JSONField(null=True, blank=True)
+    lost_count = models.PositiveIntegerField(null=True, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from contextlab.dashboard.views import compaction, files, imports, profiles, search, summaries
+from contextlab.dashboard.views import compaction, files, imports, profiles, search, summaries, timetravel
 from contextlab.sessions import views
 
 urlpatterns = [
@@ -12,6 +12,7 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/turns/", views.session_turns, name="cl-session-turns"),
     path("sessions/<uuid:session_id>/turns/<int:number>/", views.turn_detail, name="cl-turn-detail"),
     path("sessions/<uuid:session_id>/inspect/", views.session_inspect, name="cl-session-inspect"),
+    path("sessions/<uuid:session_id>/at/", timetravel.session_at, name="cl-session-at"),
     path("sessions/<uuid:session_id>/payload/", views.session_llm, name="cl-session-llm"),
     path("sessions/<uuid:session_id>/messages/", views.session_messages, name="cl-session-messages"),
     path("sessions/<uuid:session_id>/messages/<int:seq>/", files.message_detail, name="cl-message-detail"),

@@ -8,12 +8,13 @@ from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from contextlab.dashboard import fragments
+from contextlab.dashboard import fragments, timetravel
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user, turn_param
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
@@ -32,7 +33,10 @@ def _profile_filter(request: AuthenticatedHttpRequest) -> int | None:
 def sessions_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     profile_id = _profile_filter(request)
     failed = request.GET.get("failed") == "1"
-    qs = AgentSession.objects.filter(owner=request.user).listed(profile_id=profile_id, failed=failed)
+    qs = (AgentSession.objects.filter(owner=request.user).listed(profile_id=profile_id, failed=failed)
+          .annotate(lost_at_compaction=Sum("summary_versions__lost_count"))
+          # A grouped query drops the model's ordering; the list is newest activity first.
+          .order_by("-last_activity", "pk"))
     page = Paginator(qs, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
     template = "sessions/list.html"
     # The filter form and the pager swap only the table.
@@ -50,7 +54,14 @@ def sessions_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 @login_required
 def session_detail(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
     session = session_for_user(request, session_id)
-    return render(request, DETAIL, fragments.page_context(session))
+    context = fragments.page_context(session)
+    raw = request.GET.get("turn", "")
+    if raw.isdigit():
+        # A link to the session at one turn (time travel): every panel pinned there.
+        turn, _ = turn_param(session, raw)
+        assert turn is not None
+        context.update(timetravel.at_context(session, turn))
+    return render(request, DETAIL, context)
 
 
 def _fragment(request: AuthenticatedHttpRequest, name: str, context: dict[str, Any]) -> HttpResponse:
@@ -103,16 +114,24 @@ def session_llm(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResp
 @login_required
 def session_messages(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
     session = session_for_user(request, session_id)
-    return _fragment(request, "fate", {"session": session,
-                                       **fragments.fate_context(session, page=request.GET.get("page"))})
+    page = request.GET.get("page")
+    if request.GET.get("turn", "").isdigit():
+        turn, _ = turn_param(session, request.GET["turn"], payload=False)
+        assert turn is not None
+        return _fragment(request, "fate", {"session": session, **timetravel.fate_at(session, turn, page=page)})
+    return _fragment(request, "fate", {"session": session, **fragments.fate_context(session, page=page)})
 
 
 @require_GET
 @login_required
 def session_ledger(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
     session = session_for_user(request, session_id)
-    return _fragment(request, "ledger", {"session": session,
-                                         **fragments.ledger_context(session, page=request.GET.get("page"))})
+    page = request.GET.get("page")
+    if request.GET.get("turn", "").isdigit():
+        turn, _ = turn_param(session, request.GET["turn"], payload=False)
+        assert turn is not None
+        return _fragment(request, "ledger", {"session": session, **timetravel.ledger_at(session, turn, page=page)})
+    return _fragment(request, "ledger", {"session": session, **fragments.ledger_context(session, page=page)})
 
 
 @require_GET

@@ -75,7 +75,28 @@
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   }
 
+  // The turn the panels show when it is not the latest (time travel), as a dashed line.
+  function pinnedTurn() {
+    var bar = document.getElementById("time-bar");
+    return bar && bar.dataset.live === "0" ? Number(bar.dataset.turn) : null;
+  }
+
+  function drawPinned(u) {
+    var turn = pinnedTurn();
+    if (turn == null) return;
+    var x = u.valToPos(turn, "x", true);
+    if (!isFinite(x)) return;
+    var ctx = u.ctx;
+    ctx.save();
+    ctx.strokeStyle = css("--accent") || "#2f5bd3";
+    ctx.lineWidth = 2 * devicePixelRatio;
+    ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
+    ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+    ctx.restore();
+  }
+
   function drawCompactions(u) {
+    drawPinned(u);
     var data = u._contextlab;
     if (!data || !data.compactions) return;
     var ctx = u.ctx;
@@ -95,6 +116,15 @@
       ctx.beginPath(); ctx.moveTo(x, y1); ctx.lineTo(x, y2); ctx.stroke();
       var h = 5 * devicePixelRatio;
       ctx.beginPath(); ctx.moveTo(x, y2); ctx.lineTo(x - h, y2 - h); ctx.lineTo(x + h, y2 - h); ctx.closePath(); ctx.fill();
+      // A compaction that lost identifiers of the messages it compacted: a red dot and the count.
+      if (c.lost) {
+        var r = 5 * devicePixelRatio;
+        ctx.save();
+        ctx.fillStyle = css("--danger") || "#c0392b";
+        ctx.beginPath(); ctx.arc(x, y2 + 3 * r, r, 0, 2 * Math.PI); ctx.fill();
+        ctx.fillText(c.lost + " lost", x + 1.6 * r, y2 + 3 * r + 4 * devicePixelRatio);
+        ctx.restore();
+      }
       // Version labels only where they do not run into each other.
       if (c.version && x - lastLabel > 34 * devicePixelRatio) {
         ctx.fillText("v" + c.version, x + 3 * devicePixelRatio, y1 - 4 * devicePixelRatio);
@@ -110,8 +140,10 @@
     var data = u ? u._contextlab : chartData();
     if (!el || !data || !data.turns.length) return;
     var i = u && u.cursor.idx != null ? u.cursor.idx : data.turns.length - 1;
+    var lost = (data.compactions || []).filter(function (c) { return c.turn === data.turns[i] && c.lost; })[0];
     el.textContent = "turn " + data.turns[i] + " · before " + data.before[i].toLocaleString() +
-      " · sent " + data.sent[i].toLocaleString() + " · threshold " + data.threshold[i].toLocaleString();
+      " · sent " + data.sent[i].toLocaleString() + " · threshold " + data.threshold[i].toLocaleString() +
+      (lost ? " · " + lost.lost + " identifier" + (lost.lost === 1 ? "" : "s") + " lost at this compaction" : "");
   }
 
   function size() {
@@ -162,6 +194,13 @@
     // Read by the draw hook, which first runs after this (uPlot commits later).
     plot._contextlab = data;
     box._plot = plot;  // for the browser tests, which read the axis ticks
+    // A click on the chart shows every panel at the turn under the cursor.
+    plot.over.addEventListener("click", function () {
+      var idx = plot.cursor.idx;
+      var d = plot._contextlab;
+      if (idx == null || !d || d.turns[idx] == null) return;
+      travelTo(d.turns[idx]);
+    });
     readout(null);
   }
 
@@ -169,9 +208,19 @@
 
   /* -- the selected turn --------------------------------------------------------- */
 
+  function travelTo(turn) {
+    var bar = document.getElementById("time-bar");
+    if (!bar || typeof htmx === "undefined") return;
+    htmx.ajax("GET", bar.dataset.atUrl + "?turn=" + encodeURIComponent(turn), { target: "#time-bar", swap: "outerHTML" });
+  }
+
+  var pinnedDrawn = null;
+
   function markSelected() {
     var shown = document.querySelector("#flow-panel [data-turn]");
     var number = shown ? shown.dataset.turn : "";
+    var pinned = pinnedTurn();
+    if (plot && pinned !== pinnedDrawn) { pinnedDrawn = pinned; plot.redraw(false); }
     document.querySelectorAll("tr.turn-row").forEach(function (row) {
       row.classList.toggle("is-selected", row.dataset.turn === number);
     });

@@ -117,3 +117,35 @@ async def test_it_rejoins_its_group_on_ping_and_ignores_garbage():
     await database_sync_to_async(live.flush)()
     assert 'id="gauge"' in await _receive_until(communicator, 'id="gauge"')
     await communicator.disconnect()
+
+
+async def test_it_pushes_only_the_fragments_the_page_says_it_shows():
+    user, session = await _make_session()
+    communicator = _communicator(session, user)
+    await communicator.connect()
+    # A page with an older turn pinned: no live flow, LLM view, gauge or summary.
+    shown = ["stats", "chart", "turns", "fate", "ledger", "compaction", "profile"]
+    await communicator.send_to(text_data=json.dumps({"type": "view", "fragments": [*shown, "no-such-fragment"]}))
+    await database_sync_to_async(services.messages_append)(session=session, messages=tool_turn(1, output_bytes=300))
+    await database_sync_to_async(services.session_prepare)(session=session)
+    await database_sync_to_async(live.flush)()
+    html = await _receive_until(communicator, 'id="turns-live"')
+    assert 'id="stats"' in html and 'id="chart-data-wrap"' in html
+    for absent in ('id="flow-live"', 'id="llm-live"', 'id="gauge"', 'id="current-summary"', 'id="time-bar"'):
+        assert absent not in html, absent
+    await communicator.disconnect()
+
+
+async def test_it_pushes_a_saved_profile_to_its_sessions_pages():
+    from contextlab.dashboard.announce import profile_announce
+
+    user, session = await _make_session()
+    communicator = _communicator(session, user)
+    await communicator.connect()
+    profile = await database_sync_to_async(lambda: session.profile)()
+    profile.compact_ratio = 0.6
+    await database_sync_to_async(profile.save)()
+    assert await database_sync_to_async(profile_announce)(profile) == 1
+    html = await _receive_until(communicator, 'id="session-profile"')
+    assert 'data-threshold="2400"' in html and 'id="gauge"' in html
+    await communicator.disconnect()

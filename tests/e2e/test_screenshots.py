@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from contextlab.dashboard.fragments import first_text
 from contextlab.sessions import services
-from contextlab.sessions.models import Turn
+from contextlab.sessions.models import SessionMessage, SummaryVersion, Turn
+from tests.conversations import answer, tool_turn
 from tests.corpus import REPO, corpus_path
 from tests.e2e.browser import BrowserTestCase
 
@@ -54,11 +56,17 @@ class ScreenshotTests(BrowserTestCase):
         page.click(f'#turns-panel tr[data-turn="{turn.number}"]')
         page.wait_for_selector(f'#flow-pinned[data-turn="{turn.number}"]')
         self.shoot("session-flow", "#inspector")
+        page.click("#follow-latest")
+        page.wait_for_selector('#time-bar[data-live="1"]')
+        page.click('.tabs [data-tab="llm"]')
         self.shoot("session-llm-view", "#llm-card")
+        page.click('.tabs [data-tab="compaction"]')
         page.click("text=Preview the split")
         page.wait_for_selector("#compaction-preview .split")
         self.shoot("session-compaction", "#compaction-card")
+        page.click('.tabs [data-tab="ledger"]')
         self.shoot("session-ledger", "#ledger-card")
+        page.click('.tabs [data-tab="messages"]')
         self.shoot("session-messages", "#fate-card")
         self.shoot("session-full", full_page=True)
 
@@ -88,4 +96,50 @@ class ScreenshotTests(BrowserTestCase):
         page.click("text=Upload and replay")
         page.wait_for_selector(".form-error")
         self.shoot("import", "main")
+        assert not self.page_errors
+
+    def test_it_screenshots_the_second_pass_at_two_widths(self) -> None:
+        """Time travel, loss at compaction, "why was it lost?", the fixed views: at 1440 and 1024 px."""
+        small = {"max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400}
+        profile = services.profile_create(owner=self.alice, name="small-4k", knobs=small)
+        session = services.session_create(owner=self.alice, system_prompt="You are a careful coding agent.",
+                                          profile=profile, title="Nightly build (synthetic)")
+        for i in range(1, 13):
+            services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
+                                                                *tool_turn(i, output_bytes=1_500)])
+            services.session_prepare(session=session)
+        services.usage_report(session=session, turn_number=12, usage={"prompt_tokens": 2_345,
+                                                                       "completion_tokens": 120})
+        base = session.get_absolute_url()
+        version = SummaryVersion.objects.filter(session=session, lost_count__gt=0).order_by("version").first()
+        assert version is not None
+        row = (SessionMessage.objects.filter(session=session, truncated_stage=2, compacted_turn__isnull=False)
+               .order_by("seq").first())
+        assert row is not None
+        needle = next(line for line in first_text(row.content).splitlines()
+                      if len(line) > 20 and line not in first_text(row.current_content)).strip()[:40]
+        page = self.page
+        for width in (1440, 1024):
+            page.set_viewport_size({"width": width, "height": 1000})
+            self.open("/")
+            self.shoot(f"sessions-lost-{width}", "main")
+            self.open_live(base)
+            self.shoot(f"session-tabs-{width}")
+            page.click(f'#turns-live tr[data-turn="{version.turn}"]')
+            page.wait_for_selector(f'#time-bar[data-turn="{version.turn}"][data-live="0"]')
+            self.shoot(f"session-time-travel-{width}")
+            page.click('.tabs [data-tab="messages"]')
+            self.shoot(f"session-time-travel-messages-{width}")
+            page.click("#follow-latest")
+            page.wait_for_selector('#time-bar[data-live="1"]')
+            page.click('.tabs [data-tab="llm"]')
+            self.shoot(f"session-usage-{width}", "#llm-card")
+            page.click('.tabs [data-tab="compaction"]')
+            self.shoot(f"session-compact-disabled-{width}", "#compaction-card")
+            self.open(f"{base}summaries/?v={version.version}")
+            self.shoot(f"summary-lost-at-compaction-{width}", "#lost-at-compaction")
+            self.open(f"{base}search?q={needle}")
+            self.shoot(f"search-why-{width}", "main")
+            self.open(f"/profiles/{profile.pk}/")
+            self.shoot(f"profile-form-{width}")
         assert not self.page_errors

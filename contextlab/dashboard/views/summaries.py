@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 from contextlab.dashboard.fragments import first_text
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
 from contextlab.lib import summary_diff
+from contextlab.sessions import compaction_loss
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion
 
 SIZE_BARS = 80  # versions drawn in the size chart (the newest)
@@ -32,10 +33,21 @@ def _sources(session: AgentSession, version: SummaryVersion) -> list[str]:
     return texts
 
 
+def _lost_at_compaction(session: AgentSession, version: SummaryVersion) -> dict[str, Any]:
+    """The version's loss flags, each with the compacted message that held the identifier."""
+    flags = list(version.lost_at_compaction or [])
+    seqs = dict(SessionMessage.objects.filter(session=session, message_id__in={f["message_id"] for f in flags})
+                .order_by().values_list("message_id", "seq"))
+    return {"compaction_lost": [{**f, "seq": seqs.get(f["message_id"])} for f in flags],
+            "compaction_lost_count": version.lost_count or 0}
+
+
 @require_GET
 @login_required
 def session_summaries(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
     session = session_for_user(request, session_id)
+    # Versions written before the check existed (or restored from a bundle) are checked now, once.
+    compaction_loss.record(session)
     sizes = list(session.summary_versions.order_by("version")
                  .annotate(chars=Length("text")).values("version", "turn", "chars", "compactor", "fallback"))
     context: dict[str, Any] = {"session": session, "versions": sizes, "current": None}
@@ -58,6 +70,7 @@ def session_summaries(request: AuthenticatedHttpRequest, session_id: UUID) -> Ht
         "lost": summary_diff.lost_identifiers(old_text, current.text) if previous else [],
         "unsupported": summary_diff.unsupported_sentences(current.text, sources),
         "source_count": len(current.compacted_ids or []),
+        **_lost_at_compaction(session, current),
         "size": summary_diff.size_of(current.text),
         "previous_size": summary_diff.size_of(old_text) if previous else None,
         "delta_chars": len(current.text) - len(old_text),

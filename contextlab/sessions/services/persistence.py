@@ -14,6 +14,7 @@ from django.utils.dateparse import parse_datetime
 from contextlab import telemetry
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message, block_to_dict
+from contextlab.sessions import compaction_loss
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
     FAILURE_OUTCOMES,
@@ -208,6 +209,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     turn = _persist_turn(session, result) if result is not None else None
     _persist_summaries(session, manager)
     _persist_offloaded(session, manager)
+    compaction_loss.record(session)
     profile = manager.profile
     session.engine_state = manager.export_state(history=False)
     session.summary = manager.summary or ""
