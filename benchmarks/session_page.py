@@ -136,6 +136,9 @@ def _run(messages: int, repeat: int) -> None:
     rows += [
         (f"flow + LLM view of turn {old_turn.number}", _median_ms(get(f"{base}inspect/?turn={old_turn.number}"),
                                                                    repeat)),
+        (f"every panel at turn {old_turn.number} (time travel)",
+         _median_ms(get(f"{base}at/?turn={old_turn.number}"), repeat)),
+        ("every panel, back to the latest", _median_ms(get(f"{base}at/?turn=latest"), repeat)),
         (f"message list, page {far_page:,}", _median_ms(get(f"{base}messages/?page={far_page}"), repeat)),
         ("truncation ledger, page 2", _median_ms(get(f"{base}ledger/?page=2"), repeat)),
         ("turn catch-up (?after=N-5)", _median_ms(get(f"{base}turns/?after={session.turns_count - 5}"), repeat)),
