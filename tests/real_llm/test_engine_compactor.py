@@ -20,7 +20,8 @@ from contextlab.engine.validity import check_summary, normalize_summary
 from tests.engine.sessions import assistant, tool_round, user
 from tests.real_llm.server import CONTEXT_TOKENS, PREDICT_TOKENS, RecordingProxy
 
-TIMEOUT = 120.0
+# A CPU-only server on a busy 2-core machine can take minutes for one prompt.
+TIMEOUT = 300.0
 # A 3,000-token window: the summariser reads at most 1,800 tokens of transcript,
 # so a call stays well inside the server's context.
 PROFILE = Profile(max_input_length=3_000, compact_ratio=0.5, reserve_ratio=0.05, recent_n=2,
