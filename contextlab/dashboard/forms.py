@@ -37,7 +37,8 @@ FIELDSETS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
                                "markdown_old_max_bytes", "retention_days", "exempt_tool_names",
                                "browser_tool_names", "read_file_tool_names")),
     ("summary", "Summary", ("compactor", "compaction_base_url", "compaction_model", "compaction_api_key_env",
-                            "compaction_timeout", "compaction_retries", "summary_language", "timezone")),
+                            "compaction_timeout", "compaction_retries", "compaction_constrained_output",
+                            "summary_language", "timezone")),
     ("eviction", "Eviction policy", ("eviction_strategy", "eviction_target_ratio", "eviction_weight_relevance",
                                      "eviction_weight_recency", "eviction_weight_density")),
 )

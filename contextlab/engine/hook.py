@@ -246,6 +246,7 @@ class ContextManager:
                 api_key_env=p.compaction_api_key_env,
                 timeout=p.compaction_timeout,
                 retries=p.compaction_retries,
+                constrained_output=p.compaction_constrained_output,
             )
         return build_compactor("extractive")
 

@@ -24,6 +24,8 @@ POLICIES: tuple[str, ...] = ("contextlab", "copaw", "eviction")
 EVICTION_STRATEGIES: tuple[str, ...] = ("lowest_score_first", "sliding_window", "hierarchical_quota")
 LANGUAGES: tuple[str, ...] = ("en", "zh", "auto")
 COMPACTORS: tuple[str, ...] = ("extractive", "openai")
+# How the openai compactor may constrain the summary model's reply (compactors/constrained.py).
+CONSTRAINED_OUTPUTS: tuple[str, ...] = ("off", "grammar", "json_schema")
 TOKENIZERS: tuple[str, ...] = ("o200k_base", "cl100k_base")
 
 # Bytes of slack before a tool result is cut. CoPaw uses 100 so that an output
@@ -98,6 +100,9 @@ class Profile:
     compaction_api_key_env: str = "OPENAI_API_KEY"
     compaction_timeout: float = 60.0
     compaction_retries: int = 2
+    # Off by default: the six headings forced by the server's constrained decoding
+    # ("grammar": llama.cpp GBNF; "json_schema": response_format). Structure only, not quality.
+    compaction_constrained_output: str = "off"
     summary_language: str = "auto"
     exempt_tool_names: tuple[str, ...] = ()
     browser_tool_names: tuple[str, ...] = ("browser_use", "browser", "browser_navigate", "browser_snapshot")
@@ -157,6 +162,12 @@ class Profile:
         if self.compactor not in COMPACTORS:
             raise InvalidProfile(
                 f"unknown compactor {self.compactor!r}; use extractive or openai", field="compactor"
+            )
+        if self.compaction_constrained_output not in CONSTRAINED_OUTPUTS:
+            raise InvalidProfile(
+                f"unknown constrained output {self.compaction_constrained_output!r}; "
+                f"use one of {', '.join(CONSTRAINED_OUTPUTS)}",
+                field="compaction_constrained_output",
             )
         for name, bound in BOUNDS.items():
             value = getattr(self, name)

@@ -27,6 +27,7 @@ from contextlab.engine.paths import UnsafePath, workspace_path
 from contextlab.engine.profile import (
     BOUNDS,
     COMPACTORS,
+    CONSTRAINED_OUTPUTS,
     EVICTION_STRATEGIES,
     LANGUAGES,
     POLICIES,
@@ -108,6 +109,10 @@ class AgentProfile(models.Model):
     compaction_retries = models.PositiveSmallIntegerField(
         default=_DEFAULT.compaction_retries, validators=_bounded("compaction_retries"),
         help_text=BOUNDS["compaction_retries"].help)
+    compaction_constrained_output = models.CharField(
+        max_length=16, choices=_choices(CONSTRAINED_OUTPUTS), default=_DEFAULT.compaction_constrained_output,
+        help_text="make the summary model's server emit the six headings (grammar: llama.cpp only; "
+                  "json_schema: servers with structured outputs); structure only, not quality")
     summary_language = models.CharField(max_length=8, choices=_choices(LANGUAGES), default=_DEFAULT.summary_language)
     exempt_tool_names = models.JSONField(default=list, blank=True, help_text="tools whose results are never cut")
     browser_tool_names = models.JSONField(default=default_browser_tool_names, blank=True,

@@ -20,8 +20,9 @@ from urllib.parse import urlsplit
 import openai
 
 from contextlab.engine.compactors.base import SummaryFailed, SummaryRequest, SummaryResult
+from contextlab.engine.compactors.constrained import CONSTRAINED_OUTPUTS, render_json_summary, request_options
 from contextlab.engine.errors import CompactorFailed, InvalidProfile
-from contextlab.engine.prompts import TextCounter, build_summary_messages
+from contextlab.engine.prompts import TextCounter, build_summary_messages, resolve_language
 from contextlab.engine.validity import normalize_summary
 
 if TYPE_CHECKING:
@@ -52,16 +53,27 @@ class OpenAICompactor:
         retry_backoff: float = 1.0,
         counter: TextCounter | None = None,
         max_chars_per_block: int = 4000,
+        max_tokens: int | None = None,
+        constrained_output: str = "off",
     ) -> None:
         """``api_key_env`` names the environment variable holding the key (None or "" for
         endpoints without authentication). ``retries`` counts extra attempts;
-        ``retry_backoff`` is the first pause between attempts, doubled each time."""
+        ``retry_backoff`` is the first pause between attempts, doubled each time.
+        ``max_tokens`` bounds the reply (None: the server's own limit);
+        ``constrained_output`` is "off", "grammar" or "json_schema" (see constrained.py)."""
         if not model or not model.strip():
             raise InvalidProfile("the openai compactor needs a model name", field="compaction_model")
         if retries < 0:
             raise InvalidProfile("retries cannot be negative", field="compaction_retries")
         if timeout <= 0:
             raise InvalidProfile("the timeout must be positive", field="compaction_timeout")
+        if max_tokens is not None and max_tokens < 1:
+            raise InvalidProfile("max_tokens must be at least 1", field="compaction_max_tokens")
+        if constrained_output not in CONSTRAINED_OUTPUTS:
+            raise InvalidProfile(
+                f"unknown constrained output {constrained_output!r}; use one of {', '.join(CONSTRAINED_OUTPUTS)}",
+                field="compaction_constrained_output",
+            )
         api_key = _NO_KEY
         if api_key_env:
             api_key = os.environ.get(api_key_env, "").strip()
@@ -82,6 +94,8 @@ class OpenAICompactor:
         self.retry_backoff = retry_backoff
         self.counter = counter
         self.max_chars_per_block = max_chars_per_block
+        self.max_tokens = max_tokens
+        self.constrained_output = constrained_output
         host = urlsplit(base_url).netloc if base_url else "api.openai.com"
         self.label = f"{self.model} via {host or base_url} (OpenAI-compatible)"
         self._client = openai.OpenAI(
@@ -99,7 +113,13 @@ class OpenAICompactor:
         messages = build_summary_messages(
             request, counter=self.counter, max_chars_per_block=self.max_chars_per_block
         )
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
+        language = resolve_language(request.language, request.messages)
+        options: dict[str, Any] = {}
+        if self.max_tokens is not None:
+            options["max_tokens"] = self.max_tokens
+        constraint = request_options(self.constrained_output, language)
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature,
+                                **options, **constraint}
         raw_request: dict[str, Any] = {
             "base_url": str(self._client.base_url),
             "endpoint": "chat/completions",
@@ -118,6 +138,9 @@ class OpenAICompactor:
                     model=self.model,
                     messages=cast(Any, messages),
                     temperature=self.temperature,
+                    **options,
+                    # Not every SDK version types these fields; the body is what matters.
+                    extra_body=constraint or None,
                 )
             except openai.APITimeoutError:
                 reason = f"no answer within the {self.timeout:g} s timeout"
@@ -145,6 +168,8 @@ class OpenAICompactor:
                 else:
                     raw_response = payload
                     text, reason = _reply_text(payload)
+                    if text and self.constrained_output == "json_schema":
+                        text = render_json_summary(text, language)
                     if text:
                         return SummaryResult(
                             text=text,

