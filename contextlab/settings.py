@@ -208,6 +208,11 @@ CONTEXTLAB_JOB_THREADS = envint("CONTEXTLAB_JOB_THREADS", "2")
 # stays off unless asked for, so no periodic job touches a test database.
 CONTEXTLAB_EMBEDDED_BEAT = envbool("CONTEXTLAB_EMBEDDED_BEAT", "false" if os.getenv("PYTEST_VERSION") else "true")
 
+# The upstream providers a profile may send its summaries to, as JSON:
+# {"openai": {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}}.
+# Users choose among these names; URLs and key variables are the operator's (contextlab.providers).
+CONTEXTLAB_PROVIDERS = os.getenv("CONTEXTLAB_PROVIDERS", "")
+
 # Where session workspaces (dialog/, tool_result/, ...) live.
 WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspaces"))
 # Largest request body the JSON API reads (tool outputs of several MB are

@@ -52,9 +52,11 @@ class OpenAICompactor:
         retry_backoff: float = 1.0,
         counter: TextCounter | None = None,
         max_chars_per_block: int = 4000,
+        api_key: str | None = None,
     ) -> None:
         """``api_key_env`` names the environment variable holding the key (None or "" for
-        endpoints without authentication). ``retries`` counts extra attempts;
+        endpoints without authentication); an ``api_key`` given by the caller wins over it
+        and names no variable (a server resolves keys itself, see contextlab.providers). ``retries`` counts extra attempts;
         ``retry_backoff`` is the first pause between attempts, doubled each time."""
         if not model or not model.strip():
             raise InvalidProfile("the openai compactor needs a model name", field="compaction_model")
@@ -62,8 +64,9 @@ class OpenAICompactor:
             raise InvalidProfile("retries cannot be negative", field="compaction_retries")
         if timeout <= 0:
             raise InvalidProfile("the timeout must be positive", field="compaction_timeout")
-        api_key = _NO_KEY
-        if api_key_env:
+        if api_key is not None:
+            api_key, api_key_env = api_key or _NO_KEY, None
+        elif api_key_env:
             api_key = os.environ.get(api_key_env, "").strip()
             if not api_key:
                 # Fail when the profile is loaded, not in the middle of a turn.
@@ -73,6 +76,8 @@ class OpenAICompactor:
                     "(or set api_key_env to empty for an endpoint without a key)",
                     field="api_key_env",
                 )
+        else:
+            api_key = _NO_KEY
         self.base_url = base_url
         self.model = model.strip()
         self.api_key_env = api_key_env
