@@ -102,6 +102,8 @@ class Deployment:
         if self.mode == "scaled":
             env.update({"DATABASE_URL": _database_url(self.name), "REDIS_URL": TEST_REDIS_URL,
                         "CONTEXTLAB_REDIS_PREFIX": self.prefix})
+            # Every process of the deployment shares it; scaled mode refuses to start without one.
+            env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
         else:
             env["CONTEXTLAB_EMBEDDED_BEAT"] = "1"
         env.update({
