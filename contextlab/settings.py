@@ -241,6 +241,11 @@ CONTEXTLAB_EMBEDDED_BEAT = envbool("CONTEXTLAB_EMBEDDED_BEAT", "false" if os.get
 # Users choose among these names; URLs and key variables are the operator's (contextlab.providers).
 CONTEXTLAB_PROVIDERS = os.getenv("CONTEXTLAB_PROVIDERS", "")
 
+# Requests per API token: "REQUESTS/SECONDS", or "0" for no limit. Generous by
+# default: they stop a runaway client, not an agent at work.
+CONTEXTLAB_RATE_LIMIT_API = os.getenv("CONTEXTLAB_RATE_LIMIT_API", "6000/60")
+CONTEXTLAB_RATE_LIMIT_GATEWAY = os.getenv("CONTEXTLAB_RATE_LIMIT_GATEWAY", "3000/60")
+
 # Where session workspaces (dialog/, tool_result/, ...) live.
 WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspaces"))
 # Largest request body the JSON API reads (tool outputs of several MB are
