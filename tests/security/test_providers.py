@@ -159,3 +159,12 @@ def test_the_operators_list_is_checked(settings):
         settings.CONTEXTLAB_PROVIDERS = bad
         with pytest.raises(providers.ProvidersMisconfigured):
             providers.configured()
+
+
+def test_a_provider_list_that_cannot_be_read_fails_the_system_checks(settings):
+    from django.core.checks import run_checks
+
+    settings.CONTEXTLAB_PROVIDERS = '{"x": {"base_url": "ftp://a"}}'
+    assert "contextlab.E002" in {message.id for message in run_checks()}
+    settings.CONTEXTLAB_PROVIDERS = '{"x": {"base_url": "https://a/v1"}}'
+    assert "contextlab.E002" not in {message.id for message in run_checks()}
