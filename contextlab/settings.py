@@ -8,10 +8,12 @@ channel layer, jobs on a thread pool in the one web process. Scaled mode:
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import dj_database_url
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.getenv("CONTEXTLAB_VAR_DIR", BASE_DIR / "var"))
@@ -36,8 +38,24 @@ def envsecret(name: str, default: str) -> str:
     return os.getenv(name, default)
 
 
+def install_secret_key(folder: Path) -> str:
+    """Embedded mode's key: made once per install, kept in the var folder, readable by its owner only."""
+    path = folder / "secret_key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text().strip()
+        if key:
+            return key
+        raise ImproperlyConfigured(f"{path} is empty: delete it to make a new key, or set SECRET_KEY") from None
+    key = secrets.token_urlsafe(50)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key
+
+
 DEBUG = envbool("DEBUG", "False")
-SECRET_KEY = envsecret("SECRET_KEY", "contextlab-development-key-change-me-in-production")
+SECRET_KEY = envsecret("SECRET_KEY", "")  # when unset, see below the databases
 ALLOWED_HOSTS = [h for h in os.getenv("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.getenv("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
@@ -106,6 +124,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"init_command": "PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;",
          "transaction_mode": "IMMEDIATE"}
     )
+
+# Several processes on a shared database or Redis (scaled mode) must share one
+# key, which only the operator can give them; an install on SQLite makes its own.
+if not SECRET_KEY:
+    if os.getenv("REDIS_URL") or DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: in scaled mode (a shared database or REDIS_URL) every process needs the "
+            "same secret key. Set SECRET_KEY (or SECRET_KEY_FILE) to a long random value, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
+    SECRET_KEY = install_secret_key(VAR_DIR)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
@@ -207,6 +235,16 @@ CONTEXTLAB_JOB_THREADS = envint("CONTEXTLAB_JOB_THREADS", "2")
 # The embedded beat thread starts with the ASGI application. Under pytest it
 # stays off unless asked for, so no periodic job touches a test database.
 CONTEXTLAB_EMBEDDED_BEAT = envbool("CONTEXTLAB_EMBEDDED_BEAT", "false" if os.getenv("PYTEST_VERSION") else "true")
+
+# The upstream providers a profile may send its summaries to, as JSON:
+# {"openai": {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}}.
+# Users choose among these names; URLs and key variables are the operator's (contextlab.providers).
+CONTEXTLAB_PROVIDERS = os.getenv("CONTEXTLAB_PROVIDERS", "")
+
+# Requests per API token: "REQUESTS/SECONDS", or "0" for no limit. Generous by
+# default: they stop a runaway client, not an agent at work.
+CONTEXTLAB_RATE_LIMIT_API = os.getenv("CONTEXTLAB_RATE_LIMIT_API", "6000/60")
+CONTEXTLAB_RATE_LIMIT_GATEWAY = os.getenv("CONTEXTLAB_RATE_LIMIT_GATEWAY", "3000/60")
 
 # Where session workspaces (dialog/, tool_result/, ...) live.
 WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspaces"))

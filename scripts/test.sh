@@ -31,9 +31,11 @@ echo "== pytest (embedded mode: SQLite; with the real_llm tests)"
 CONTEXTLAB_REAL_LLM_TESTS=1 .venv/bin/python -m pytest -q "$@"
 
 echo "== pytest (scaled mode: PostgreSQL + Redis, celery worker, two web processes)"
+# Scaled mode refuses to start without a secret key shared by its processes.
+SECRET_KEY="${SECRET_KEY:-$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))')}" \
 DATABASE_URL="${CONTEXTLAB_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/contextlab}" \
 REDIS_URL="${CONTEXTLAB_TEST_REDIS_URL:-redis://127.0.0.1:6379/14}" \
 CONTEXTLAB_REDIS_PREFIX="contextlab-ci-$$:" \
 CONTEXTLAB_SCALED_TESTS=1 \
   .venv/bin/python -m pytest -q tests/sessions tests/api tests/jobs tests/scaled tests/gateway tests/insights \
-  tests/dashboard tests/observed "$@"
+  tests/dashboard tests/observed tests/security "$@"

@@ -63,17 +63,22 @@ class Recorded:
 
 
 class FakeLLM:
-    def __init__(self, script: list[Reply | Status | Sleep]) -> None:
+    def __init__(self, script: list[Reply | Status | Sleep], *, port: int = 0) -> None:
         if not script:
             raise ValueError("a FakeLLM needs at least one scripted step")
         self.script = list(script)
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval: shutdown() waits for it, once per test.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+
+    @property
+    def provider(self) -> dict[str, dict[str, str]]:
+        """A CONTEXTLAB_PROVIDERS value offering this server as the provider "fake"."""
+        return {"fake": {"base_url": self.base_url, "api_key_env": ""}}
 
     @property
     def base_url(self) -> str:

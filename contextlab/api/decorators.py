@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.timezone import now
 
+from contextlab import ratelimit
 from contextlab.api.models import ApiToken, hash_token
 from contextlab.engine.errors import (
     CompactorFailed,
@@ -110,6 +111,11 @@ def authorize(view: ApiView) -> ApiView:
             response = error(401, "missing or invalid API token: send 'Authorization: Bearer <token>'",
                              "Authorization")
             response["WWW-Authenticate"] = 'Bearer realm="contextlab"'
+            return response
+        retry_after = ratelimit.check("api", token.key_hash)
+        if retry_after is not None:
+            response = error(429, f"too many requests for this API token; try again in {retry_after} s", None)
+            response["Retry-After"] = str(retry_after)
             return response
         moment = now()
         if token.last_used is None or moment - token.last_used > LAST_USED_RESOLUTION:

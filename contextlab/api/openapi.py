@@ -1,12 +1,63 @@
-"""The OpenAPI 3 description of the JSON API, written by hand.
+"""The OpenAPI 3 description of the JSON API.
 
 Kept beside the views it describes; ``tests/api/test_openapi.py`` checks that
-every route in ``contextlab/api/urls.py`` appears here with its methods.
+every route in ``contextlab/api/urls.py`` appears here with its methods. What
+the code already declares is taken from it, so it cannot drift: the enums
+(policies, turn outcomes, statuses) from the engine's constants and the
+models' choices, the profile's knobs from the model, and each operationId from
+the name of the view that serves it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from django.db import models
+from django.urls import URLPattern, URLResolver
+
+from contextlab.engine.profile import BOUNDS, POLICIES
+from contextlab.engine.trace import OUTCOMES
+from contextlab.sessions.models import (
+    LIST_KNOBS,
+    PROFILE_KNOBS,
+    AgentProfile,
+    AgentSession,
+    CompactionRun,
+    SessionMessage,
+)
+
+
+def _enum(values: Any) -> dict[str, Any]:
+    return {"type": "string", "enum": list(values)}
+
+
+def _knob_schema(name: str) -> dict[str, Any]:
+    """A profile knob's schema, from its model field and the engine's bounds."""
+    field = AgentProfile._meta.get_field(name)
+    assert isinstance(field, models.Field)
+    if name in LIST_KNOBS:
+        return {"type": "array", "items": {"type": "string"}}
+    schema: dict[str, Any]
+    if isinstance(field, models.IntegerField):
+        schema = {"type": "integer"}
+    elif isinstance(field, models.FloatField):
+        schema = {"type": "number"}
+    else:
+        schema = {"type": "string"}
+        if field.choices:
+            schema["enum"] = [value for value, _ in field.choices]
+        if getattr(field, "max_length", None):
+            schema["maxLength"] = field.max_length
+    bound = BOUNDS.get(name)
+    if bound is not None:
+        schema.update(minimum=bound.low, maximum=bound.high)
+    if field.help_text:
+        schema["description"] = str(field.help_text)
+    return schema
+
+
+KNOB_SCHEMAS: dict[str, Any] = {name: _knob_schema(name) for name in PROFILE_KNOBS}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -57,8 +108,8 @@ SCHEMAS: dict[str, Any] = {
             "id": {"type": "string", "format": "uuid"},
             "title": _STR,
             "profile": {"type": "object", "properties": {"id": _INT, "name": _STR}},
-            "status": {"type": "string", "enum": ["active", "importing", "closed"]},
-            "policy": {"type": "string", "enum": ["contextlab", "copaw"]},
+            "status": _enum(AgentSession.Status.values),
+            "policy": _enum(POLICIES),
             "tokens": _ref("Tokens"),
             "turns": _INT,
             "compactions": _INT,
@@ -87,7 +138,7 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {
             "id": _STR, "seq": _INT, "role": _STR, "tokens": _INT,
-            "status": {"type": "string", "enum": ["live", "archived"]},
+            "status": _enum(SessionMessage.Status.values),
             "truncated_stage": _NULL_INT, "truncated_turn": _NULL_INT, "compacted_turn": _NULL_INT,
             "summary_version": _NULL_INT,
             "archive": {"type": "object", "nullable": True, "properties": {"file": _STR, "line": _INT}},
@@ -98,9 +149,8 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "number": _INT,
             "trigger": {"type": "string", "enum": ["auto", "manual"]},
-            "outcome": {"type": "string", "enum": ["no_action", "compacted", "compaction_failed", "fallback_summary",
-                                                    "over_budget", "nothing_to_compact"]},
-            "policy": _STR,
+            "outcome": _enum(OUTCOMES),
+            "policy": _enum(POLICIES),
             "used_tokens": {**_INT, "description": "system prompt + summary + messages coming into the hook"},
             "threshold": _INT, "window": _INT,
             "payload_tokens": {**_INT, "description": "exact tokens of the payload returned"},
@@ -143,7 +193,7 @@ SCHEMAS: dict[str, Any] = {
     "CompactionRun": {
         "type": "object",
         "properties": {
-            "id": _INT, "status": {"type": "string", "enum": ["queued", "running", "done", "failed"]},
+            "id": _INT, "status": _enum(CompactionRun.Status.values),
             "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
             "created": {"type": "string", "format": "date-time"},
             "started": {"type": "string", "format": "date-time", "nullable": True},
@@ -160,11 +210,9 @@ SCHEMAS: dict[str, Any] = {
     },
     "Profile": {
         "type": "object",
-        "description": "every knob of the engine's Profile, plus the derived threshold and reserve",
-        "properties": {"id": _INT, "name": _STR, "policy": _STR, "max_input_length": _INT,
-                       "compact_ratio": {"type": "number"}, "reserve_ratio": {"type": "number"},
-                       "threshold": _INT, "reserve": _INT},
-        "additionalProperties": True,
+        "description": "every knob of the profile, plus the derived threshold and reserve",
+        "required": ["id", "name", *PROFILE_KNOBS, "threshold", "reserve"],
+        "properties": {"id": _INT, "name": _STR, **KNOB_SCHEMAS, "threshold": _INT, "reserve": _INT},
     },
     "Hit": {
         "type": "object",
@@ -181,12 +229,44 @@ SCHEMAS: dict[str, Any] = {
     "ProfileSettings": {
         "type": "object",
         "description": "knob values (names as in Profile); omitted knobs take their defaults",
-        "additionalProperties": True,
+        "properties": KNOB_SCHEMAS,
     },
 }
 
 
+def _view_names() -> dict[str, str]:
+    """OpenAPI path -> name of the view serving it, from the URL configuration."""
+    from contextlab.api.urls import urlpatterns as api_patterns
+    from contextlab.insights.api_urls import urlpatterns as insights_patterns
+
+    names: dict[str, str] = {}
+    for pattern in [*insights_patterns, *api_patterns]:
+        if isinstance(pattern, URLResolver) or not isinstance(pattern, URLPattern):
+            continue
+        route = str(pattern.pattern)
+        if route.startswith("^"):
+            continue  # the catch-all
+        names["/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)] = pattern.callback.__name__
+    return names
+
+
+def _with_operation_ids(paths: dict[str, Any]) -> dict[str, Any]:
+    views = _view_names()
+    for path, item in paths.items():
+        view = views.get(path) or re.sub(r"\W+", "_", path).strip("_")
+        for method in ("get", "post", "put", "patch", "delete"):
+            if method in item:
+                item[method].setdefault("operationId", f"{view}_{method}")
+    return paths
+
+
 def schema(server_url: str) -> dict[str, Any]:
+    document = _document(server_url)
+    _with_operation_ids(document["paths"])
+    return document
+
+
+def _document(server_url: str) -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
         "info": {

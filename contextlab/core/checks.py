@@ -25,3 +25,16 @@ def check_tiktoken_vocabularies(app_configs: Any, **kwargs: Any) -> list[CheckMe
         )
         for problem in problems
     ]
+
+
+@register()
+def check_providers(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    """The operator's provider list must read, or every summary call would fail later."""
+    from contextlab import providers
+
+    try:
+        providers.configured()
+    except providers.ProvidersMisconfigured as exc:
+        return [Error(str(exc), hint='e.g. {"openai": {"base_url": "https://api.openai.com/v1", '
+                                     '"api_key_env": "OPENAI_API_KEY"}}', id="contextlab.E002")]
+    return []

@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
+from contextlab import providers
 from contextlab.engine.profile import BOUNDS, Bound
 from contextlab.sessions.models import LIST_KNOBS, PROFILE_KNOBS, AgentProfile
 
@@ -36,7 +37,7 @@ FIELDSETS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tools", "Tool results", ("recent_n", "recent_max_bytes", "old_max_bytes", "markdown_recent_max_bytes",
                                "markdown_old_max_bytes", "retention_days", "exempt_tool_names",
                                "browser_tool_names", "read_file_tool_names")),
-    ("summary", "Summary", ("compactor", "compaction_base_url", "compaction_model", "compaction_api_key_env",
+    ("summary", "Summary", ("compactor", "compaction_provider", "compaction_model",
                             "compaction_timeout", "compaction_retries", "compaction_constrained_output",
                             "summary_language", "timezone")),
     ("eviction", "Eviction policy", ("eviction_strategy", "eviction_target_ratio", "eviction_weight_relevance",
@@ -112,6 +113,14 @@ class ProfileForm(forms.ModelForm):  # type: ignore[type-arg]
             if name in LIST_KNOBS:
                 self.fields[name] = ToolNamesField(required=False, help_text=field.help_text,
                                                    label=field.label)
+        # Only the operator's providers can be chosen; a name they removed shows as it is, to be replaced.
+        choices = providers.provider_choices()
+        current = self.instance.compaction_provider
+        if current and current not in dict(choices):
+            choices.append((current, f"{current} (no longer offered)"))
+        self.fields["compaction_provider"] = forms.ChoiceField(
+            choices=choices, required=False, label="Compaction provider",
+            help_text=self.fields["compaction_provider"].help_text)
 
     def clean_name(self) -> str:
         name = str(self.cleaned_data["name"]).strip()

@@ -7,6 +7,7 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
+from contextlab import providers
 from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamProvider
 
 # ModelAdmin is generic only in the type stubs (it has no __class_getitem__ at
@@ -40,7 +41,10 @@ class UpstreamProviderForm(forms.ModelForm):  # type: ignore[type-arg]
         if cleaned.get("clear_api_key"):
             cleaned["api_key"] = ""
         elif not cleaned.get("api_key") and self.instance.pk:
+            # Kept as stored (encrypted).
             cleaned["api_key"] = UpstreamProvider.objects.get(pk=self.instance.pk).api_key
+        elif cleaned.get("api_key"):
+            cleaned["api_key"] = providers.encrypt_secret(cleaned["api_key"])
         self.instance.api_key = cleaned.get("api_key", "")
         return cleaned
 

@@ -7,6 +7,7 @@ The sessions app stays untouched: an ``UpstreamProvider`` hangs off an
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -16,7 +17,10 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils.timezone import now
 
+from contextlab import providers
 from contextlab.sessions.models import AgentProfile, AgentSession
+
+log = logging.getLogger(__name__)
 
 
 class UpstreamMisconfigured(Exception):
@@ -36,9 +40,10 @@ class UpstreamProvider(models.Model):
     api_key_env = models.CharField(
         max_length=100, blank=True,
         help_text="name of the environment variable holding the provider key; wins over a stored key")
+    # Encrypted (contextlab.providers.encrypt_secret); set it with ``store_api_key``.
     api_key = models.CharField(
-        max_length=500, blank=True,
-        help_text="the provider key, stored in the database (leave empty when the variable above is used)")
+        max_length=1000, blank=True,
+        help_text="the provider key, stored encrypted (leave empty when the variable above is used)")
     model_map = models.JSONField(
         default=dict, blank=True,
         help_text='client model name → provider model name, e.g. {"gpt-4o": "my-deployment"}; '
@@ -79,16 +84,26 @@ class UpstreamProvider(models.Model):
             return mapping[model]
         return mapping.get("*", model)
 
+    def store_api_key(self, key: str) -> None:
+        self.api_key = providers.encrypt_secret(key)
+
     def resolve_api_key(self) -> str:
-        """The key to send; "" sends none (local providers often need none)."""
+        """The key to send to this provider only; "" sends none (local providers often need none)."""
         if self.api_key_env:
             value = os.environ.get(self.api_key_env)
             if not value:
+                # The variable's name is for the operator's log, never for the caller.
+                log.error("upstream provider %s (profile %s): the environment variable %s is not set",
+                          self.pk, self.profile_id, self.api_key_env)
                 raise UpstreamMisconfigured(
-                    f"the upstream provider of profile {self.profile.name!r} reads its key from the "
-                    f"environment variable {self.api_key_env}, which is not set on the ContextLab server")
+                    f"the upstream provider of profile {self.profile.name!r} has no API key configured on "
+                    "the ContextLab server; ask the operator")
             return value
-        return self.api_key
+        try:
+            return providers.decrypt_secret(self.api_key)
+        except providers.ProviderUnavailable as exc:
+            raise UpstreamMisconfigured(f"the upstream provider of profile {self.profile.name!r}: "
+                                        f"{exc.message}") from exc
 
     @property
     def chat_url(self) -> str:

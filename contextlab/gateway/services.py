@@ -73,6 +73,12 @@ class GatewayError(Exception):
 
 def token_user(authorization: str) -> User | None:
     """The active user owning the bearer token, or None."""
+    token = token_for(authorization)
+    return token.user if token is not None else None
+
+
+def token_for(authorization: str) -> ApiToken | None:
+    """The bearer token, when it is valid and its user active; None otherwise."""
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
@@ -82,7 +88,7 @@ def token_user(authorization: str) -> User | None:
     moment = now()
     if token.last_used is None or moment - token.last_used > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used=moment)
-    return token.user
+    return token
 
 
 def _as_uuid(value: str) -> uuid.UUID | None:

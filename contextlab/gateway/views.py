@@ -22,7 +22,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from contextlab import telemetry
+from contextlab import ratelimit, telemetry
 from contextlab.engine.unicode import repaired
 from contextlab.gateway import observe, services, sse, upstream
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
@@ -39,6 +39,16 @@ def _unauthorized() -> HttpResponse:
         401, "Incorrect API key provided: use a ContextLab API token as the OpenAI API key "
              "(manage.py createapitoken).", code="invalid_api_key")
     response["WWW-Authenticate"] = 'Bearer realm="contextlab"'
+    return response
+
+
+def _rate_limited(retry_after: int) -> HttpResponse:
+    limit = ratelimit.limit_for("gateway")
+    assert limit is not None
+    response = upstream.openai_error(
+        429, f"Rate limit reached for this ContextLab token: {limit.requests} requests per {limit.seconds} s. "
+             f"Please try again in {retry_after} s.", type="requests", code="rate_limit_exceeded")
+    response["Retry-After"] = str(retry_after)
     return response
 
 
@@ -76,9 +86,13 @@ def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
 def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if request.method != "POST":
         return _method_not_allowed("POST")
-    user = services.token_user(request.headers.get("Authorization", ""))
-    if user is None:
+    token = services.token_for(request.headers.get("Authorization", ""))
+    if token is None:
         return _unauthorized()
+    retry_after = ratelimit.check("gateway", token.key_hash)
+    if retry_after is not None:
+        return _rate_limited(retry_after)
+    user = token.user
     try:
         body = _json_body(request)
         session_header = request.headers.get(SESSION_HEADER, "").strip()
@@ -235,9 +249,13 @@ def _for_server(request: HttpRequest, iterator: Iterator[bytes]) -> Iterator[byt
 def _passthrough_get(request: HttpRequest, path: str) -> HttpResponse:
     if request.method != "GET":
         return _method_not_allowed("GET")
-    user = services.token_user(request.headers.get("Authorization", ""))
-    if user is None:
+    token = services.token_for(request.headers.get("Authorization", ""))
+    if token is None:
         return _unauthorized()
+    retry_after = ratelimit.check("gateway", token.key_hash)
+    if retry_after is not None:
+        return _rate_limited(retry_after)
+    user = token.user
     try:
         profile = services.profile_for(owner=user, session_header=request.headers.get(SESSION_HEADER, "").strip(),
                                        profile_header=request.headers.get(PROFILE_HEADER, "").strip())

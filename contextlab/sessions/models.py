@@ -22,6 +22,8 @@ from django.db import models
 from django.urls import reverse
 from django.utils.timezone import now
 
+from contextlab import providers
+from contextlab.engine.compactors import Compactor, build_compactor
 from contextlab.engine.errors import InvalidProfile
 from contextlab.engine.paths import UnsafePath, workspace_path
 from contextlab.engine.profile import (
@@ -39,7 +41,12 @@ from contextlab.lib.textsafe import RepairingJSONDecoder
 _DEFAULT = Profile()
 # Every knob of the engine's Profile, in its order; "name" is the row's own
 # field and "extra" is free-form engine data, not a knob.
-PROFILE_KNOBS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Profile) if f.name not in ("name", "extra"))
+# Where the summary model lives and which secret it gets are the operator's
+# choice (contextlab.providers): a stored profile names a provider instead.
+OPERATOR_KNOBS: tuple[str, ...] = ("compaction_base_url", "compaction_api_key_env")
+PROFILE_KNOBS: tuple[str, ...] = tuple(
+    "compaction_provider" if f.name == "compaction_base_url" else f.name
+    for f in dataclasses.fields(Profile) if f.name not in ("name", "extra", "compaction_api_key_env"))
 LIST_KNOBS: tuple[str, ...] = ("exempt_tool_names", "browser_tool_names", "read_file_tool_names")
 # Outcomes that count as a failure on the sessions list ("had a failure / fallback").
 FAILURE_OUTCOMES = ("compaction_failed", "fallback_summary")
@@ -97,12 +104,10 @@ class AgentProfile(models.Model):
         default=_DEFAULT.estimate_divisor, validators=_bounded("estimate_divisor"),
         help_text=BOUNDS["estimate_divisor"].help)
     compactor = models.CharField(max_length=16, choices=_choices(COMPACTORS), default=_DEFAULT.compactor)
-    compaction_base_url = models.URLField(max_length=500, blank=True, default=_DEFAULT.compaction_base_url,
-                                          help_text="OpenAI-compatible endpoint of the summary model")
+    compaction_provider = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="which of the server's providers serves the summary model (the operator lists them)")
     compaction_model = models.CharField(max_length=200, blank=True, default=_DEFAULT.compaction_model)
-    compaction_api_key_env = models.CharField(
-        max_length=100, blank=True, default=_DEFAULT.compaction_api_key_env,
-        help_text="name of the environment variable holding the API key (the key itself is never stored)")
     compaction_timeout = models.FloatField(
         default=_DEFAULT.compaction_timeout, validators=_bounded("compaction_timeout"),
         help_text=BOUNDS["compaction_timeout"].help)
@@ -152,18 +157,35 @@ class AgentProfile(models.Model):
         return {name: getattr(self, name) for name in PROFILE_KNOBS}
 
     def to_engine(self) -> Profile:
+        """The engine's Profile. It carries the provider's URL (shown in traces) and
+        never a key variable: ``summary_compactor`` hands the engine the key itself."""
         values = self.knobs()
         for name in LIST_KNOBS:
             value = values[name]
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise InvalidProfile(f"{name} must be a list of tool names", field=name)
             values[name] = tuple(value)
-        return Profile(name=self.name, **values)
+        known = providers.configured().get(values.pop("compaction_provider"))
+        base_url = known.base_url if known is not None and self.compactor == "openai" else ""
+        return Profile(name=self.name, compaction_base_url=base_url, compaction_api_key_env="", **values)
+
+    def summary_compactor(self) -> Compactor | None:
+        """The compactor to give the engine: the provider's, with its key; None for the offline one.
+
+        Raises ``ProviderUnavailable`` when the provider is gone or has no key."""
+        if self.compactor != "openai":
+            return None
+        provider = providers.provider_named(self.compaction_provider)
+        return build_compactor("openai", base_url=provider.base_url, model=self.compaction_model,
+                               api_key=provider.api_key(), timeout=self.compaction_timeout,
+                               retries=self.compaction_retries)
 
     def clean(self) -> None:
         # The engine owns the rules (bounds, and combinations such as reserve ≥
         # threshold), so the form and the admin ask it rather than repeat them.
         try:
+            if self.compactor == "openai" or self.compaction_provider:
+                providers.provider_named(self.compaction_provider)
             self.to_engine()
         except InvalidProfile as exc:
             key = exc.field if exc.field in PROFILE_KNOBS else NON_FIELD_ERRORS
@@ -574,6 +596,7 @@ class CompactionRun(models.Model):
 
     def mark_failed(self, error: str) -> None:
         self.status = self.Status.FAILED
-        self.error = error
+        # Part of it may be a provider's answer: one line, bounded.
+        self.error = providers.bounded_upstream_text(error, limit=providers.MAX_RUN_ERROR_CHARS)
         self.finished = now()
         self.save(update_fields=["status", "error", "finished"])

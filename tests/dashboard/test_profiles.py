@@ -14,7 +14,7 @@ def _data(**overrides):
     profile = Profile()
     data = {"name": "tuned"}
     for name in KNOBS:
-        value = getattr(profile, name)
+        value = getattr(profile, name, "")
         data[name] = ", ".join(value) if isinstance(value, tuple) else value
     data.update(overrides)
     return data

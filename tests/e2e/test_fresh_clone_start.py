@@ -39,7 +39,8 @@ from tests.scaled.deployment import (
 
 HERE = Path(__file__).resolve().parent
 # A newcomer's environment has none of the variables the test run set.
-NEWCOMER_DROPS = ("CONTEXTLAB_", "DJANGO_", "PYTEST", "VIRTUAL_ENV", "PYTHONPATH", "DATABASE_URL", "REDIS_URL")
+NEWCOMER_DROPS = ("CONTEXTLAB_", "DJANGO_", "PYTEST", "VIRTUAL_ENV", "PYTHONPATH", "DATABASE_URL", "REDIS_URL",
+                  "SECRET_KEY")
 FIRST_START_SECONDS = 900  # a new virtualenv and every package, from pip's cache
 START_SECONDS = 180
 
@@ -215,7 +216,9 @@ def test_it_serves_the_same_page_from_the_procfile_roles_in_scaled_mode(clone, s
         redis.Redis.from_url(TEST_REDIS_URL, socket_connect_timeout=5).ping()
     except Exception as exc:
         pytest.fail(f"scaled mode needs PostgreSQL and Redis: {exc}", pytrace=False)
-    scaled = {"DATABASE_URL": _database_url(name), "REDIS_URL": TEST_REDIS_URL, "CONTEXTLAB_REDIS_PREFIX": prefix}
+    # As the README's deployment part says: a shared database needs the operator's secret key.
+    scaled = {"DATABASE_URL": _database_url(name), "REDIS_URL": TEST_REDIS_URL, "CONTEXTLAB_REDIS_PREFIX": prefix,
+              "SECRET_KEY": secrets.token_urlsafe(50)}
     try:
         # 1. The start script on a shared database: it migrates, but creates no well-known login.
         port = free_port()

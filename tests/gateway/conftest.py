@@ -15,6 +15,7 @@ from django.test import Client
 from django.test.testcases import LiveServerThread, _StaticFilesHandler
 from openai import AsyncOpenAI, OpenAI
 
+from contextlab import providers
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.sessions.models import AgentProfile
 from tests.gateway.provider import Provider
@@ -32,7 +33,7 @@ def provider() -> Iterator[Provider]:
 def upstream(small_profile: AgentProfile, provider: Provider) -> UpstreamProvider:
     """Alice's small profile (4,000-token window) routed to the local provider."""
     return UpstreamProvider.objects.create(profile=small_profile, base_url=provider.base_url,
-                                           api_key=UPSTREAM_KEY, model_map={"gpt-4o": "fake-model-2026"},
+                                           api_key=providers.encrypt_secret(UPSTREAM_KEY), model_map={"gpt-4o": "fake-model-2026"},
                                            timeout=30)
 
 

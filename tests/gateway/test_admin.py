@@ -27,14 +27,15 @@ def test_it_adds_a_provider_and_never_shows_its_key_again(root, small_profile):
                                                                         model_map='{"gpt-4o": "deploy-1"}'))
     assert response.status_code == 302, response.content.decode()[:2000]
     provider = UpstreamProvider.objects.get()
-    assert (provider.api_key, provider.model_map) == ("sk-secret", {"gpt-4o": "deploy-1"})
+    assert (provider.resolve_api_key(), provider.model_map) == ("sk-secret", {"gpt-4o": "deploy-1"})
+    assert "sk-secret" not in provider.api_key  # stored encrypted
     change = root.get(f"/admin/gateway/upstreamprovider/{provider.pk}/change/")
     assert change.status_code == 200 and "sk-secret" not in change.content.decode()
 
     # Saved again without typing the key: it stays. The checkbox removes it.
     root.post(f"/admin/gateway/upstreamprovider/{provider.pk}/change/", _form(small_profile, timeout=30))
     provider.refresh_from_db()
-    assert (provider.api_key, provider.timeout) == ("sk-secret", 30)
+    assert (provider.resolve_api_key(), provider.timeout) == ("sk-secret", 30)
     root.post(f"/admin/gateway/upstreamprovider/{provider.pk}/change/", _form(small_profile, clear_api_key="on"))
     provider.refresh_from_db()
     assert provider.api_key == ""

@@ -27,11 +27,12 @@ def _fill(session: AgentSession, turns: int = 3) -> None:
         services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []), *tool_turn(i)])
 
 
-def _llm_profile(alice, base_url: str, *, timeout: float = 10.0):
+def _llm_profile(alice, llm: FakeLLM, settings, *, timeout: float = 10.0):
+    settings.CONTEXTLAB_PROVIDERS = llm.provider
     return services.profile_create(owner=alice, name=f"llm-{timeout}", knobs={
         "max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400,
-        "compactor": "openai", "compaction_base_url": base_url, "compaction_model": "fake-model",
-        "compaction_api_key_env": "", "compaction_timeout": timeout, "compaction_retries": 0,
+        "compactor": "openai", "compaction_provider": "fake", "compaction_model": "fake-model",
+        "compaction_timeout": timeout, "compaction_retries": 0,
     })
 
 
@@ -81,10 +82,10 @@ def test_it_announces_every_committed_change_as_the_whole_gauge_state(alice_sess
     assert event["state"]["turn"]["layers"]["total"] == event["state"]["tokens"]["used"]
 
 
-def test_it_records_a_failed_summary_call_and_keeps_the_session_usable(alice, alice_session):
+def test_it_records_a_failed_summary_call_and_keeps_the_session_usable(alice, alice_session, settings):
     _fill(alice_session)
     with FakeLLM([Status(500, "the model is overloaded")]) as llm:
-        _use_profile(alice_session, _llm_profile(alice, llm.base_url))
+        _use_profile(alice_session, _llm_profile(alice, llm, settings))
         run = services.compaction_enqueue(session=alice_session)
         assert jobs.drain(30)
     run.refresh_from_db()
@@ -95,10 +96,10 @@ def test_it_records_a_failed_summary_call_and_keeps_the_session_usable(alice, al
     assert_nothing_lost(alice_session)
 
 
-def test_it_records_an_llm_timeout(alice, alice_session):
+def test_it_records_an_llm_timeout(alice, alice_session, settings):
     _fill(alice_session)
     with FakeLLM([Sleep(5, Reply(SUMMARY))]) as llm:
-        _use_profile(alice_session, _llm_profile(alice, llm.base_url, timeout=1.0))
+        _use_profile(alice_session, _llm_profile(alice, llm, settings, timeout=1.0))
         run = services.compaction_enqueue(session=alice_session)
         assert jobs.drain(30)
     run.refresh_from_db()

@@ -31,13 +31,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 300.0
 
 
-def _profile(owner, llm: RecordingProxy):
+def _profile(owner, llm: RecordingProxy, settings):
+    # The operator offers the local server as a provider; the profile picks it by name.
+    settings.CONTEXTLAB_PROVIDERS = {"local-llama": {"base_url": llm.base_url, "api_key_env": ""}}
     # A 2,000-token window: compaction fires within a few turns, and the summary
     # prompt (about 1,200 tokens of transcript) stays small for a CPU-only server.
     return services.profile_create(owner=owner, name="real-llm", knobs={
         "max_input_length": 2_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400,
-        "compactor": "openai", "compaction_base_url": llm.base_url, "compaction_model": "smollm2",
-        "compaction_api_key_env": "", "compaction_timeout": TIMEOUT, "compaction_retries": 0,
+        "compactor": "openai", "compaction_provider": "local-llama", "compaction_model": "smollm2",
+        "compaction_timeout": TIMEOUT, "compaction_retries": 0,
         "summary_language": "en",
     })
 
@@ -67,9 +69,9 @@ def _saved_invalid(session: AgentSession, trace: dict[str, Any]) -> dict[str, An
     return saved
 
 
-def test_it_applies_or_rejects_the_real_reply_during_a_turn(alice, llm):
+def test_it_applies_or_rejects_the_real_reply_during_a_turn(alice, llm, settings):
     session = services.session_create(owner=alice, system_prompt="You are a careful build agent.",
-                                      profile=_profile(alice, llm), title="Nightly build")
+                                      profile=_profile(alice, llm, settings), title="Nightly build")
     trace: dict[str, Any] = {}
     for i in range(1, 16):
         services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []), *tool_turn(i)])
@@ -98,9 +100,9 @@ def test_it_applies_or_rejects_the_real_reply_during_a_turn(alice, llm):
     assert_nothing_lost(session)
 
 
-def test_it_runs_a_manual_compaction_job_against_the_real_server(alice, llm):
+def test_it_runs_a_manual_compaction_job_against_the_real_server(alice, llm, settings):
     session = services.session_create(owner=alice, system_prompt="You are a careful build agent.",
-                                      profile=_profile(alice, llm), title="Manual")
+                                      profile=_profile(alice, llm, settings), title="Manual")
     for i in range(1, 4):
         services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []), *tool_turn(i)])
     run = services.compaction_enqueue(session=session, instruction="Keep every path.", requested_by=alice)
@@ -150,8 +152,8 @@ def _agent_until_summary_call(client: OpenAI, llm: RecordingProxy, rounds: int) 
 
 
 def test_it_manages_a_gateway_session_whose_summaries_come_from_the_real_server(
-        alice, alice_token, llm, gateway_url, provider):
-    profile = _profile(alice, llm)
+        alice, alice_token, llm, gateway_url, provider, settings):
+    profile = _profile(alice, llm, settings)
     UpstreamProvider.objects.create(profile=profile, base_url=provider.base_url, api_key="sk-upstream",
                                     model_map={"gpt-4o": "fake-model-2026"}, timeout=30)
     provider.responder = tool_loop("run_shell", final="Built; no errors.")

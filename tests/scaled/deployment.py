@@ -91,6 +91,8 @@ class Deployment:
     processes: dict[str, Process] = field(default_factory=dict)
     created: bool = False
     token: str = ""  # an API token of the user "alice", once api_token() made one
+    # The port a test's FakeLLM listens on: the deployment offers it as the provider "fake".
+    llm_port: int = field(default_factory=free_port)
 
     def __post_init__(self) -> None:
         self.prefix = f"{self.name}:"
@@ -100,6 +102,8 @@ class Deployment:
         if self.mode == "scaled":
             env.update({"DATABASE_URL": _database_url(self.name), "REDIS_URL": TEST_REDIS_URL,
                         "CONTEXTLAB_REDIS_PREFIX": self.prefix})
+            # Every process of the deployment shares it; scaled mode refuses to start without one.
+            env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
         else:
             env["CONTEXTLAB_EMBEDDED_BEAT"] = "1"
         env.update({
@@ -110,6 +114,7 @@ class Deployment:
             # The vocabularies stay where this checkout installed them.
             "CONTEXTLAB_TIKTOKEN_DIR": os.environ.get("CONTEXTLAB_TIKTOKEN_DIR", str(REPO / "var" / "tiktoken")),
             "PYTHONUNBUFFERED": "1",
+            "CONTEXTLAB_PROVIDERS": json.dumps({"fake": {"base_url": f"http://127.0.0.1:{self.llm_port}/v1"}}),
             **self.env_extra,
         })
         self.env = env

@@ -46,8 +46,8 @@ print(json.dumps({{
 def _session(api: Api, llm: FakeLLM, *, timeout: float) -> str:
     profile = api.post("/profiles", {
         "name": f"scaled-{time.monotonic_ns()}", "max_input_length": 4_000, "recent_n": 2,
-        "recent_max_bytes": 1_500, "old_max_bytes": 400, "compactor": "openai", "compaction_base_url": llm.base_url,
-        "compaction_model": "fake-model", "compaction_api_key_env": "", "compaction_timeout": timeout,
+        "recent_max_bytes": 1_500, "old_max_bytes": 400, "compactor": "openai", "compaction_provider": "fake",
+        "compaction_model": "fake-model", "compaction_timeout": timeout,
         "compaction_retries": 0,
     })
     session = api.post("/sessions", {"system_prompt": "You are a careful coding agent.", "profile": profile["id"]})
@@ -87,7 +87,7 @@ def worker(deployment: Deployment):
 
 
 def test_it_delivers_a_run_on_the_worker_to_a_viewer_of_the_other_web_process(deployment, worker, web1, web2):
-    with FakeLLM([Sleep(0.5, Reply(SUMMARY))]) as llm:
+    with FakeLLM([Sleep(0.5, Reply(SUMMARY))], port=deployment.llm_port) as llm:
         session_id = _session(web1, llm, timeout=30)
         viewer = Viewer(ws_url(deployment.processes["web2"], session_id))
         try:
@@ -118,7 +118,7 @@ def test_it_delivers_a_run_on_the_worker_to_a_viewer_of_the_other_web_process(de
 
 def test_it_loses_nothing_when_the_worker_is_killed_during_a_compaction(deployment, worker, web1, web2):
     # The first summary call hangs until the worker is killed; the later ones answer.
-    with FakeLLM([Sleep(300, Reply(SUMMARY)), Reply(SUMMARY)]) as llm:
+    with FakeLLM([Sleep(300, Reply(SUMMARY)), Reply(SUMMARY)], port=deployment.llm_port) as llm:
         session_id = _session(web1, llm, timeout=600)
         before = _state(deployment, session_id)
         viewer = Viewer(ws_url(deployment.processes["web2"], session_id))
@@ -156,7 +156,7 @@ def test_it_loses_nothing_when_the_worker_is_killed_during_a_compaction(deployme
 
 
 def test_it_runs_the_job_again_when_only_the_process_running_it_dies(deployment, worker, web1, web2):
-    with FakeLLM([Sleep(300, Reply(SUMMARY)), Reply(SUMMARY)]) as llm:
+    with FakeLLM([Sleep(300, Reply(SUMMARY)), Reply(SUMMARY)], port=deployment.llm_port) as llm:
         session_id = _session(web1, llm, timeout=600)
         before = _state(deployment, session_id)
         run = web1.post(f"/sessions/{session_id}/compact", {"background": True}, expect=202)["run"]
@@ -180,7 +180,7 @@ def test_it_runs_the_job_again_when_only_the_process_running_it_dies(deployment,
 
 
 def test_the_beat_process_sweeps_runs_left_by_a_dead_worker(deployment, worker, web1, web2):
-    with FakeLLM([Reply(SUMMARY)]) as llm:
+    with FakeLLM([Reply(SUMMARY)], port=deployment.llm_port) as llm:
         session_id = _session(web1, llm, timeout=30)
     # A run a worker had started when it vanished (nobody holds it).
     run_id = deployment.python(

@@ -33,7 +33,7 @@ def test_it_validates_profiles_through_the_engine(admin_client_logged_in, alice)
         "owner": alice.pk, "name": "bad", "policy": "contextlab", "max_input_length": 4_000, "compact_ratio": 0.3,
         "reserve_ratio": 0.3, "recent_n": 3, "recent_max_bytes": 50_000, "old_max_bytes": 3_000,
         "markdown_recent_max_bytes": 150_000, "markdown_old_max_bytes": 10_000, "retention_days": 30,
-        "tokenizer": "o200k_base", "estimate_divisor": 4.0, "compactor": "extractive", "compaction_api_key_env": "X",
+        "tokenizer": "o200k_base", "estimate_divisor": 4.0, "compactor": "extractive",
         "compaction_timeout": 60, "compaction_retries": 2, "summary_language": "auto", "exempt_tool_names": "[]",
         "browser_tool_names": "[]", "read_file_tool_names": "[]", "timezone": "UTC",
         "max_message_bytes": 16_000_000, "created_0": "2026-01-01", "created_1": "00:00:00",

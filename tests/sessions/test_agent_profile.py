@@ -6,19 +6,21 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from contextlab.engine.profile import BOUNDS, Profile
-from contextlab.sessions.models import PROFILE_KNOBS, AgentProfile
+from contextlab.sessions.models import OPERATOR_KNOBS, PROFILE_KNOBS, AgentProfile
 
 
-def test_it_has_a_field_for_every_engine_knob():
+def test_it_has_a_field_for_every_engine_knob_but_the_operators():
     engine_fields = {f.name for f in dataclasses.fields(Profile)} - {"name", "extra"}
     model_fields = {f.name for f in AgentProfile._meta.get_fields()}
-    assert engine_fields <= model_fields
-    assert set(PROFILE_KNOBS) == engine_fields
+    assert engine_fields - set(OPERATOR_KNOBS) <= model_fields
+    assert not set(OPERATOR_KNOBS) & model_fields
+    assert set(PROFILE_KNOBS) == engine_fields - set(OPERATOR_KNOBS) | {"compaction_provider"}
 
 
 def test_it_defaults_to_the_engine_defaults(alice):
     profile = AgentProfile.objects.create(owner=alice, name="default")
-    assert profile.to_engine() == Profile(name="default")
+    # No key variable ever reaches the engine from a stored profile.
+    assert profile.to_engine() == Profile(name="default", compaction_api_key_env="")
     assert profile.threshold == 89_600
     assert profile.reserve == 12_800
 

@@ -55,12 +55,14 @@ class OpenAICompactor:
         max_chars_per_block: int = 4000,
         max_tokens: int | None = None,
         constrained_output: str = "off",
+        api_key: str | None = None,
     ) -> None:
         """``api_key_env`` names the environment variable holding the key (None or "" for
-        endpoints without authentication). ``retries`` counts extra attempts;
-        ``retry_backoff`` is the first pause between attempts, doubled each time.
-        ``max_tokens`` bounds the reply (None: the server's own limit);
-        ``constrained_output`` is "off", "grammar" or "json_schema" (see constrained.py)."""
+        endpoints without authentication); an ``api_key`` given by the caller wins over it
+        and names no variable (a server resolves keys itself, see contextlab.providers).
+        ``retries`` counts extra attempts; ``retry_backoff`` is the first pause between
+        attempts, doubled each time. ``max_tokens`` bounds the reply (None: the server's own
+        limit); ``constrained_output`` is "off", "grammar" or "json_schema" (see constrained.py)."""
         if not model or not model.strip():
             raise InvalidProfile("the openai compactor needs a model name", field="compaction_model")
         if retries < 0:
@@ -74,8 +76,9 @@ class OpenAICompactor:
                 f"unknown constrained output {constrained_output!r}; use one of {', '.join(CONSTRAINED_OUTPUTS)}",
                 field="compaction_constrained_output",
             )
-        api_key = _NO_KEY
-        if api_key_env:
+        if api_key is not None:
+            api_key, api_key_env = api_key or _NO_KEY, None
+        elif api_key_env:
             api_key = os.environ.get(api_key_env, "").strip()
             if not api_key:
                 # Fail when the profile is loaded, not in the middle of a turn.
@@ -85,6 +88,8 @@ class OpenAICompactor:
                     "(or set api_key_env to empty for an endpoint without a key)",
                     field="api_key_env",
                 )
+        else:
+            api_key = _NO_KEY
         self.base_url = base_url
         self.model = model.strip()
         self.api_key_env = api_key_env

@@ -22,6 +22,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from contextlab import providers
 from contextlab.engine.archive import DialogArchive
 from contextlab.engine.errors import MalformedInput
 from contextlab.engine.memory import BACKUP_DIR, DAILY_DIR
@@ -209,7 +210,12 @@ def _spend(budget: list[int], size: int) -> None:
 def _bundle_profile(owner: User, data: Mapping[str, Any]) -> AgentProfile:
     """The owner's profile with the bundle's name and knobs, created when there is none."""
     name = str(data.get("name") or "imported")
+    # A bundle cannot choose where this server sends requests: the URL and key
+    # variable of older bundles are dropped, and a provider this server does not
+    # offer leaves the imported profile with the offline compactor.
     knobs = {k: data[k] for k in PROFILE_KNOBS if k in data}
+    if knobs.get("compactor") == "openai" and knobs.get("compaction_provider") not in providers.configured():
+        knobs.update(compactor="extractive", compaction_provider="")
     same = AgentProfile.objects.filter(owner=owner, name=name).first()
     if same is not None and same.knobs() == {**same.knobs(), **knobs}:
         return same

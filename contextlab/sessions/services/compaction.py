@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from contextlab import jobs
+from contextlab import jobs, providers
 from contextlab.engine.errors import ContextLabError
 from contextlab.sessions.models import (
     AgentSession,
@@ -82,7 +82,8 @@ def _summary_failure(trace: Mapping[str, Any]) -> str:
         step = trace_step(trace, name)
         if step.get("status") == "failed":
             reasons.extend(str(r) for r in step.get("reasons") or [])
-    return "; ".join(reasons) or "the summary failed"
+    # The reasons quote the provider's answers: one line, bounded.
+    return providers.bounded_upstream_text("; ".join(reasons)) or "the summary failed"
 
 
 def _nothing_to_compact_reason(trace: Mapping[str, Any]) -> str:

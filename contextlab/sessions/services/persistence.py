@@ -39,9 +39,12 @@ def load_manager(session: AgentSession) -> ContextManager:
     turn "never saved" could be another process's turn that is still running.
     """
     profile = session.profile.to_engine()
+    compactor = session.profile.summary_compactor()
     if not session.engine_state:
-        return ContextManager(profile, session.workspace, system_prompt=session.system_prompt, transactional=True)
-    manager = ContextManager.from_state(profile, session.workspace, session.engine_state, transactional=True)
+        return ContextManager(profile, session.workspace, system_prompt=session.system_prompt,
+                              compactor=compactor, transactional=True)
+    manager = ContextManager.from_state(profile, session.workspace, session.engine_state, compactor=compactor,
+                                        transactional=True)
     if manager.recovered_files:
         log.warning("session %s: cut %s back to before turn %s, whose state was never saved (the process "
                     "died before its commit)", session.pk, ", ".join(manager.recovered_files), manager.turn + 1)

@@ -14,6 +14,7 @@ from contextlab.engine.errors import InvalidProfile
 from contextlab.engine.profile import Profile
 from contextlab.sessions.models import (
     LIST_KNOBS,
+    OPERATOR_KNOBS,
     PROFILE_KNOBS,
     AgentProfile,
 )
@@ -34,13 +35,22 @@ def profile_create(*, owner: User, name: str, knobs: Mapping[str, Any]) -> Agent
         raise InvalidProfile("a profile needs a name", field="name")
     if not isinstance(knobs, Mapping):
         raise InvalidProfile("a profile must be an object of settings", field="profile")
+    knobs = dict(knobs)
+    for knob in OPERATOR_KNOBS:
+        if knob in knobs:
+            raise InvalidProfile(f"{knob} is set by the server's operator; choose one of the server's "
+                                 "providers with compaction_provider", field=knob)
+    provider = knobs.pop("compaction_provider", "")
+    if not isinstance(provider, str):
+        raise InvalidProfile("compaction_provider must be the name of one of the server's providers",
+                             field="compaction_provider")
     # The engine checks names, types, bounds and combinations first, so the
     # error is the engine's sentence naming the knob at fault.
-    engine = Profile.from_dict({**dict(knobs), "name": name})
+    engine = Profile.from_dict({**knobs, "name": name})
     if AgentProfile.objects.filter(owner=owner, name=name).exists():
         raise InvalidProfile(f"you already have a profile named {name!r}", field="name")
     values = {k: (list(v) if k in LIST_KNOBS else v) for k, v in engine.to_dict().items() if k in PROFILE_KNOBS}
-    profile = AgentProfile(owner=owner, name=name, **values)
+    profile = AgentProfile(owner=owner, name=name, compaction_provider=provider, **values)
     try:
         profile.full_clean()
     except ValidationError as exc:
