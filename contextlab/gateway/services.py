@@ -184,6 +184,7 @@ class Exchange:
     # The session's ingested history when the call was prepared (a repeat's ends with the reply it replaces).
     history_length: int = 0
     prepared: datetime = field(default_factory=now)
+    retry: bool = False
     # The call's span when telemetry is on (``contextlab.telemetry``); ended by ``exchange_record``.
     span: Any = None
 
@@ -201,14 +202,20 @@ def _describe(exc: BaseException) -> str:
 
 
 def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamProvider, body: dict[str, Any],
-                     session_header: str = "") -> Exchange:
-    """Manage the call's context; on any ContextLab failure, forward it as it came."""
+                     session_header: str = "", retry: bool = False) -> Exchange:
+    """Manage the call's context; on any ContextLab failure, forward it as it came.
+
+    ``retry``: the client says this is a retry of a call it made before (the
+    OpenAI SDKs send ``X-Stainless-Retry-Count``). Only a retry may replace the
+    reply recorded for the same request; the same request without it is a
+    second run of the same task, which gets its own session."""
     start = time.perf_counter()
     stream = body.get("stream") is True
     options = body.get("stream_options")
     exchange = Exchange(owner=owner, profile=profile, provider=provider, body=_unmanaged(provider, body),
                         stream=stream, model=str(body.get("model") or "")[:200],
-                        client_wants_usage=stream and isinstance(options, dict) and options.get("include_usage") is True)
+                        client_wants_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
+                        retry=retry)
     stage = "identity"
     try:
         messages = body.get("messages")
@@ -222,7 +229,7 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
         exchange.key, exchange.kind, exchange.digests, exchange.rest = key, kind, digests, rest
         with transaction.atomic():
             gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
-                                                                     digests)
+                                                                     digests, retry=retry)
             session = gateway.session if gateway is not None else sessions.session_new(
                 owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
             exchange.session = session
@@ -323,7 +330,7 @@ def _title(kind: str, key: str, rest: list[Any]) -> str:
 
 
 def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_header: str,
-          digests: list[str]) -> tuple[GatewaySession | None, str, AgentSession | None]:
+          digests: list[str], *, retry: bool = False) -> tuple[GatewaySession | None, str, AgentSession | None]:
     """The session whose ingested history the request continues (its gateway row locked), or None
     for a new one; how it was found; and, for a new one, the session it forks from.
 
@@ -355,7 +362,7 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
         # Another call may have moved the session on while this one looked.
         if history.continues(locked.history, digests):
             return locked, "continued", None
-    for candidate in candidates:
+    for candidate in candidates if retry else []:
         if history.repeats(candidate.history, digests):
             locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
                       .defer("session__engine_state").get(pk=candidate.pk))
@@ -446,7 +453,7 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
         _history_save(exchange, gateway, reply_digests)
         return
     if exchange.session._state.adding:
-        earlier = _earlier_attempt(exchange)
+        earlier = _earlier_attempt(exchange) if exchange.retry else None
         if earlier is not None:
             # An earlier attempt of this very request started the session meanwhile.
             shutil.rmtree(exchange.session.workspace, ignore_errors=True)
@@ -458,7 +465,7 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
     # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
     gateway = _locked_row(exchange.session.pk)
     if len(gateway.history) != exchange.history_length:
-        if pending.repeated is None and history.repeats(gateway.history, exchange.digests):
+        if exchange.retry and pending.repeated is None and history.repeats(gateway.history, exchange.digests):
             # Another attempt of this very request was answered first.
             _commit_repeat(exchange, gateway, replies, reply_digests)
             return

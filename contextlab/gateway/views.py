@@ -73,6 +73,12 @@ def _json_body(request: HttpRequest) -> dict[str, Any]:
     return dict(repaired(value))
 
 
+def _is_retry(request: HttpRequest) -> bool:
+    """The OpenAI SDKs (Python, JavaScript) count their retries in this header; 0 is a first attempt."""
+    count = request.headers.get("X-Stainless-Retry-Count", "").strip()
+    return count.isdigit() and int(count) > 0
+
+
 def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
     # Lets a client that cares find its session page; unmodified clients ignore it.
     response["X-ContextLab-Managed"] = "true" if exchange.managed else "false"
@@ -108,7 +114,7 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
                                         stream=body.get("stream") is True)
     with telemetry.current(span):
         exchange = services.exchange_prepare(owner=user, profile=profile, provider=provider, body=body,
-                                             session_header=session_header)
+                                             session_header=session_header, retry=_is_retry(request))
     exchange.span = span
     start = time.perf_counter()
     try:

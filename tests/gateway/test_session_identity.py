@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx2
 import pytest
 from openai import BadRequestError, OpenAI
 
@@ -106,11 +107,26 @@ def test_it_asks_which_profile_when_several_are_routed(openai_client, alice, gat
     assert AgentSession.objects.get().profile == other
 
 
-def test_it_forks_a_retry_of_a_call_whose_reply_it_already_recorded(openai_client, provider):
-    """A known limit: the engine cannot withdraw a recorded reply, so a retried call starts a fork."""
+def test_the_same_request_as_a_new_call_is_a_second_run_not_a_retry(openai_client, provider):
+    """Without the SDK's retry count, the same first request again is another run of the task: a fork."""
     messages = [SYSTEM, {"role": "user", "content": "Fix the build"}]
     openai_client.chat.completions.create(model="gpt-4o", messages=messages)
-    openai_client.chat.completions.create(model="gpt-4o", messages=messages)  # the client lost the answer
+    openai_client.chat.completions.create(model="gpt-4o", messages=messages)
     original, fork = AgentSession.objects.order_by("created")
     assert GatewaySession.objects.get(session=fork).forked_from == original
     assert (original.turns_count, fork.turns_count) == (1, 1)
+
+
+def test_an_sdk_retry_of_a_call_whose_reply_it_recorded_replaces_that_reply(openai_client, provider, gateway_url,
+                                                                             alice_token):
+    """The SDK counts its retries (X-Stainless-Retry-Count): a retry is the same call, not a new run."""
+    messages = [SYSTEM, {"role": "user", "content": "Fix the build"}]
+    openai_client.chat.completions.create(model="gpt-4o", messages=messages)
+    # What the SDK sends when it retries after losing the first answer (the header is its own).
+    with httpx2.Client(timeout=30) as http:
+        retried = http.post(f"{gateway_url}/chat/completions", json={"model": "gpt-4o", "messages": messages},
+                            headers={"Authorization": f"Bearer {alice_token}", "X-Stainless-Retry-Count": "1"})
+    assert retried.status_code == 200
+    session = AgentSession.objects.get()
+    assert session.turns_count == 1
+    assert list(session.messages.order_by("seq").values_list("role", flat=True)) == ["user", "assistant"]
