@@ -329,6 +329,16 @@ class ContextManager:
     def note_archive_files(self, files: Iterable[str]) -> None:
         self._archive_files.update(files)
 
+    def unread_result_ids(self) -> set[str]:
+        """Tool-result messages after the last assistant message: the model has not read them yet."""
+        unread: set[str] = set()
+        for msg in reversed(self.messages):
+            if msg.role == "assistant":
+                break
+            if msg.is_tool_result:
+                unread.add(msg.id)
+        return unread
+
     def call_of(self, call_id: str) -> ToolUseBlock | None:
         """The tool call with that id, wherever it is (live, archived or pending)."""
         return self._calls.get(call_id)

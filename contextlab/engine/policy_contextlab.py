@@ -173,13 +173,18 @@ def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan) -> bool:
 
 
 def shrink_kept_part(manager: ContextManager, trace: TurnTrace, plan: SplitPlan, reserve: int) -> list[dict[str, Any]]:
-    """Stage 2 inside the part compaction keeps: older tool groups first, the newest last."""
-    keep = [manager.messages[i] for i in plan.keep]
-    kept_ids = {m.id for m in keep}
+    """Stage 2 inside the part compaction keeps: older tool groups first, largest first.
+
+    A result the model has not read yet (after the last assistant message) is
+    cut only when it alone is larger than the reserve: no compaction could
+    bring the context to the reserve line around it.
+    """
+    kept_ids = {manager.messages[i].id for i in plan.keep}
+    unread = manager.unread_result_ids()
     newest_group_start = plan.cut
     order = [m.id for i, m in sorted(((i, manager.messages[i]) for i in plan.keep),
                                      key=lambda pair: (pair[0] >= newest_group_start, -manager.tokens_of(pair[1])))
-             if m.tool_results or m.tool_uses]
+             if (m.tool_results and (m.id not in unread or manager.tokens_of(m) > reserve)) or m.tool_uses]
 
     def fits() -> bool:
         return sum(manager.tokens_of(m) for m in manager.messages if m.id in kept_ids) <= reserve

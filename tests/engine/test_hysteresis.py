@@ -42,24 +42,42 @@ def test_it_defers_a_compaction_that_would_free_little_while_the_window_holds(tm
     assert 1 <= compactions <= 5, outcomes
 
 
-def test_it_shrinks_a_large_newest_result_instead_of_compacting_around_it(tmp_path: Path) -> None:
+def test_it_shortens_the_newest_calls_arguments_instead_of_compacting_around_them(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.append([user("write the report")])
+    for i in range(4):
+        m.append(tool_round("search", {"query": f"market {i}"}, [log_lines(60, f"hit{i}")]))
+        m.prepare()
+    report = "# Report\n" + "A finding about the delivery market, with numbers. " * 300  # ~3,000 tokens
+    call = ToolUseBlock(id="call-report", name="write_file", input={"path": "report.md", "content": report})
+    head = Message(role="assistant", content=(call,), id="a-report")
+    done = Message(role="tool", content=(ToolResultBlock(id="call-report", name="write_file", output="written"),),
+                   id="t-report")
+    m.append([head, done])
+    result = m.prepare()
+    assert result.trace.payload["tokens"]["total"] <= WINDOW
+    check = result.trace.get("context_check")
+    assert check is not None
+    assert {"message_id": "a-report", "what": "arguments"}.items() <= check.details["kept_part_shrunk"][0].items()
+    live = next(msg for msg in m.messages if msg.id == "a-report")
+    assert len(live.tool_uses[0].input["content"]) < len(report) // 5
+    assert m.original(live).tool_uses[0].input == call.input
+    assert any(e.get("reason") == "kept part over the reserve" for e in m.fate["a-report"])
+
+
+def test_it_cuts_an_unread_result_that_alone_is_over_the_reserve(tmp_path: Path) -> None:
+    # (An unread result under the reserve arrives whole: tests/gateway/test_compaction.py.)
     m = manager(tmp_path)
     m.append([user("build it")])
-    for i in range(3):
-        m.append(tool_round("bash", {"command": f"ls {i}"}, [log_lines(20)]))
-        m.prepare()
     big = log_lines(500)  # about 10,000 tokens: more than the window, less than the stage-1 limit
     round_ = tool_round("bash", {"command": "make all"}, [big])
     m.append(round_)
     result = m.prepare()
     assert result.trace.payload["tokens"]["total"] <= WINDOW
-    check = result.trace.get("context_check")
-    assert check is not None and check.details["kept_part_shrunk"][0]["message_id"] == round_[1].id
+    assert any(e.get("reason") == "kept part over the reserve" for e in m.fate[round_[1].id])
     live = next(msg for msg in m.messages if msg.id == round_[1].id)
-    assert len(live.plain_text().encode()) <= m.profile.old_max_bytes + 400 < len(big) // 5
     original = m.original(live).content[0]
     assert isinstance(original, ToolResultBlock) and original.output == big
-    assert any(e.get("reason") == "kept part over the reserve" for e in m.fate[round_[1].id])
 
 
 def test_it_shortens_huge_call_arguments_to_fit_the_window_and_keeps_them_whole(tmp_path: Path) -> None:
