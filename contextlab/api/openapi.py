@@ -99,7 +99,7 @@ SCHEMAS: dict[str, Any] = {
             "number": _INT,
             "trigger": {"type": "string", "enum": ["auto", "manual"]},
             "outcome": {"type": "string", "enum": ["no_action", "compacted", "compaction_failed", "fallback_summary",
-                                                    "over_budget", "nothing_to_compact"]},
+                                                    "over_budget", "nothing_to_compact", "compaction_deferred"]},
             "policy": _STR,
             "used_tokens": {**_INT, "description": "system prompt + summary + messages coming into the hook"},
             "threshold": _INT, "window": _INT,

@@ -29,6 +29,7 @@ from contextlab.sessions.services.inputs import (
 )
 from contextlab.sessions.services.persistence import fate_sizes, locked_session, persist_step
 from contextlab.sessions.services.profiles import profile_default
+from contextlab.sessions.services.summary_calls import hook_turn
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def session_create(*, owner: User, system_prompt: str, profile: AgentProfile | N
                            tokens_threshold=engine_profile.threshold,
                            tokens_window=engine_profile.max_input_length)
     manager = ContextManager(engine_profile, session.workspace, system_prompt=system_prompt)
-    session.engine_state = manager.export_state(history=False)
+    session.engine_state = manager.export_state(per_message=False)
     session.save()
     return session
 
@@ -93,12 +94,12 @@ def messages_append_openai(*, session: AgentSession, messages: list[dict[str, An
 
 def session_prepare(*, session: AgentSession) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the pre-reasoning hook: the exact messages for the next LLM call (OpenAI format),
-    and the turn's trace (``trace["turn"]`` is the turn number)."""
-    with locked_session(session) as (locked, manager):
-        before = fate_sizes(manager)
-        result = manager.prepare()
-        turn = persist_step(locked, manager, before=before, result=result)
-    assert turn is not None
+    and the turn's trace (``trace["turn"]`` is the turn number).
+
+    While another request writes this session's summary, the last committed
+    payload comes back at once (see ``summary_calls``).
+    """
+    turn = hook_turn(session, reuse_last=True)
     return turn.payload, turn.trace
 
 
@@ -116,21 +117,20 @@ def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
         check_raw_messages(messages)
     if system_prompt is not None:
         system_prompt = check_text(system_prompt, "system_prompt")
-    with locked_session(session) as (locked, manager):
+
+    def ingest(locked: AgentSession, manager: ContextManager) -> list[Message]:
         if system_prompt is not None and system_prompt != manager.system_prompt:
             manager.system_prompt = system_prompt
             locked.system_prompt = system_prompt
-        before = fate_sizes(manager)
-        parsed: list[Message] = []
-        if messages:
-            known_calls = {call_id: call["name"]
-                           for call_id, call in (locked.engine_state.get("calls") or {}).items()}
-            parsed = from_openai(messages, known_calls=known_calls)
-            check_message_ids(parsed)
-            manager.append(parsed)
-        result = manager.prepare()
-        turn = persist_step(locked, manager, before=before, originals={m.id: m for m in parsed}, result=result)
-    assert turn is not None
+        if not messages:
+            return []
+        known_calls = {call_id: call["name"] for call_id, call in (locked.engine_state.get("calls") or {}).items()}
+        parsed = from_openai(messages, known_calls=known_calls)
+        check_message_ids(parsed)
+        manager.append(parsed)
+        return parsed
+
+    turn = hook_turn(session, ingest=ingest)
     return turn.payload, turn.trace
 
 
