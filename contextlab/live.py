@@ -20,7 +20,8 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -93,17 +94,43 @@ def _send(group: str, event: dict[str, Any]) -> None:
 COALESCE_SECONDS = 0.1
 
 
-class _Coalescer:
-    def __init__(self, interval: float) -> None:
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+def _thread_timer(delay: float, action: Callable[[], None]) -> Timer:
+    timer = threading.Timer(delay, action)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+class Coalescer:
+    """At most one event per ``interval`` per (group, key); the newest waiting one wins.
+
+    ``clock`` (seconds, monotonic), ``schedule`` (run an action after a delay,
+    cancellable) and ``send`` are the real ones by default; a test passes its own
+    to step through time without sleeping.
+    """
+
+    def __init__(self, interval: float, *, clock: Callable[[], float] = time.monotonic,
+                 schedule: Callable[[float, Callable[[], None]], Timer] = _thread_timer,
+                 send: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.interval = interval
+        self._clock = clock
+        self._schedule = schedule
+        self._send = send
         self._lock = threading.Lock()
         self._last: dict[tuple[str, str], float] = {}
         self._pending: dict[tuple[str, str], dict[str, Any]] = {}
-        self._timers: dict[tuple[str, str], threading.Timer] = {}
+        self._timers: dict[tuple[str, str], Timer] = {}
+
+    def _deliver(self, group: str, event: dict[str, Any]) -> None:
+        (self._send or _send)(group, event)
 
     def offer(self, group: str, key: str, event: dict[str, Any]) -> None:
         slot = (group, key)
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             wait = self._last.get(slot, -self.interval) + self.interval - now
             if wait <= 0 and slot not in self._timers:
@@ -114,21 +141,18 @@ class _Coalescer:
                 # The newest state replaces one still waiting; one timer per slot.
                 self._pending[slot] = event
                 if slot not in self._timers:
-                    timer = threading.Timer(max(wait, 0.0), self._flush, args=(slot,))
-                    timer.daemon = True
-                    self._timers[slot] = timer
-                    timer.start()
+                    self._timers[slot] = self._schedule(max(wait, 0.0), lambda: self._flush(slot))
                 send_now = False
         if send_now:
-            _send(group, event)
+            self._deliver(group, event)
 
     def _flush(self, slot: tuple[str, str]) -> None:
         with self._lock:
             event = self._pending.pop(slot, None)
             self._timers.pop(slot, None)
-            self._last[slot] = time.monotonic()
+            self._last[slot] = self._clock()
         if event is not None:
-            _send(slot[0], event)
+            self._deliver(slot[0], event)
 
     def _forget_old(self, now: float) -> None:
         # Keep the table small in a long-lived process with many sessions.
@@ -146,7 +170,7 @@ class _Coalescer:
             self._flush(slot)
 
 
-_coalescer = _Coalescer(COALESCE_SECONDS)
+_coalescer = Coalescer(COALESCE_SECONDS)
 
 
 def flush() -> None:

@@ -47,6 +47,16 @@ class Sleep:
 
 
 @dataclass
+class Gate:
+    """Hold the answer until the test opens ``opened`` (a summary call as slow as the test needs),
+    and tell the test the request ``arrived``."""
+
+    then: Reply
+    arrived: threading.Event = field(default_factory=threading.Event)
+    opened: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class Recorded:
     path: str
     headers: dict[str, str]
@@ -63,7 +73,7 @@ class Recorded:
 
 
 class FakeLLM:
-    def __init__(self, script: list[Reply | Status | Sleep], *, port: int = 0) -> None:
+    def __init__(self, script: list[Reply | Status | Sleep | Gate], *, port: int = 0) -> None:
         if not script:
             raise ValueError("a FakeLLM needs at least one scripted step")
         self.script = list(script)
@@ -96,7 +106,7 @@ class FakeLLM:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def _next_step(self, body: dict[str, Any], path: str, headers: dict[str, str]) -> Reply | Status | Sleep:
+    def _next_step(self, body: dict[str, Any], path: str, headers: dict[str, str]) -> Reply | Status | Sleep | Gate:
         with self._lock:
             self.requests.append(Recorded(path, headers, body))
             index = len(self.requests) - 1
@@ -126,6 +136,12 @@ class FakeLLM:
                     if fake._stopping.wait(step.seconds):
                         return
                     step = step.then or Reply("## Goal\n- late")
+                elif isinstance(step, Gate):
+                    step.arrived.set()
+                    while not step.opened.wait(0.05):
+                        if fake._stopping.is_set():
+                            return
+                    step = step.then
                 try:
                     if isinstance(step, Status):
                         self._send(

@@ -10,7 +10,7 @@ from contextlab.sessions.models import AgentSession, SessionMessage
 def assert_nothing_lost(session: AgentSession) -> None:
     """Every message ever ingested is in the live context or in the archive, as ingested."""
     session.refresh_from_db()
-    live_ids = [m["id"] for m in session.engine_state["messages"]]
+    live_ids = session.engine_state["live_ids"]
     rows = list(SessionMessage.objects.filter(session=session).order_by("seq"))
     assert len({r.message_id for r in rows}) == len(rows)
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))

@@ -14,11 +14,13 @@ context; the ``copaw`` policy reproduces CoPaw 1.0.2 + ReMe 0.3.1.8 through
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime as dt
 import json
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from contextlab.engine.archive import DialogArchive
 from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
-from contextlab.engine.errors import MalformedInput
+from contextlab.engine.errors import CompactorFailed, MalformedInput
 from contextlab.engine.identifiers import append_index, keep_identifiers, line_chars_for_window
 from contextlab.engine.memory import record_session_notes
 from contextlab.engine.messages import (
@@ -47,7 +49,16 @@ from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
 from contextlab.engine.prompts import language_of_summary, summary_language
 from contextlab.engine.schemas import check_response_format, check_tools
 from contextlab.engine.schemas import schema_tokens as count_schema_tokens
-from contextlab.engine.split import SplitPreview
+from contextlab.engine.split import SplitPlan, SplitPreview
+from contextlab.engine.staged import (
+    CompactionPlan,
+    DryOffloadStore,
+    PlannedCompactor,
+    PlannedSummary,
+    PlanningCompactor,
+    StalePlan,
+    SummaryNeeded,
+)
 from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, CopawEstimator, TiktokenCounter, TokenCounter
 from contextlab.engine.tool_results import (
     block_text,
@@ -234,6 +245,11 @@ class ContextManager:
         self._gone: set[str] = set()  # ids that left the live context
         self._text_tokens: dict[tuple[str, str, str], int] = {}
         self._summary_cache: tuple[str | None, int, Message | None] = (None, 0, None)
+        # Staged compaction (see contextlab.engine.staged): the summary a turn
+        # takes instead of calling the compactor, and whether a turn must not
+        # summarise at all because another request's summary call is in flight.
+        self._planned: PlannedSummary | None = None
+        self._defer_summary = False
 
     # ------------------------------------------------------------------ setup
     def _default_compactor(self) -> Compactor:
@@ -255,6 +271,16 @@ class ContextManager:
         self.tools = check_tools(tools)
         self.response_format = check_response_format(response_format)
         self.schema_tokens = count_schema_tokens(self.exact_counter, self.tools, self.response_format)
+
+    @property
+    def planned(self) -> PlannedSummary | None:
+        """The summary of a staged compaction this turn applies (see ``plan_compaction``), if any."""
+        return self._planned
+
+    @property
+    def defer_summary(self) -> bool:
+        """This turn must not summarise: another caller's summary call is in flight."""
+        return self._defer_summary
 
     @property
     def summary_version(self) -> int:
@@ -603,12 +629,20 @@ class ContextManager:
                           if cut_entries else "no result slid out of the recent window")
 
     # ------------------------------------------------------------ the hook
-    def prepare(self) -> TurnResult:
-        """Run the pre-reasoning hook and return the payload for the next LLM call."""
+    def prepare(self, *, planned: PlannedSummary | None = None, defer_summary: bool = False) -> TurnResult:
+        """Run the pre-reasoning hook and return the payload for the next LLM call.
+
+        ``planned``: the summary of a staged compaction (``plan_compaction``),
+        used instead of calling the compactor; ``StalePlan`` when it no longer
+        applies. ``defer_summary``: another caller's summary call is in flight,
+        so this turn keeps every message (the window guard still re-cuts tool
+        output if the payload would not fit).
+        """
         self.turn += 1
         trace = self._new_trace("auto")
         try:
-            self.policy.turn(self, trace)
+            with self._staged(planned, defer_summary):
+                self.policy.turn(self, trace)
         except Exception as exc:  # the trace must record what broke, then re-raise
             trace.error = f"{type(exc).__name__}: {exc}"
             trace.finish()
@@ -616,12 +650,106 @@ class ContextManager:
             raise
         return self._finish(trace)
 
-    def compact(self, instruction: str | None = None) -> TurnResult:
+    def compact(self, instruction: str | None = None, *, planned: PlannedSummary | None = None) -> TurnResult:
         """Manual compaction (``/compact [instruction]``): steps 3-4 on demand."""
         self.turn += 1
         trace = self._new_trace("manual")
-        self.policy.manual(self, trace, instruction)
+        with self._staged(planned, False):
+            self.policy.manual(self, trace, instruction)
         return self._finish(trace)
+
+    @contextlib.contextmanager
+    def _staged(self, planned: PlannedSummary | None, defer_summary: bool) -> Iterator[None]:
+        compactor = self.compactor
+        if planned is not None:
+            self.compactor = PlannedCompactor(planned, compactor.name)
+        self._planned, self._defer_summary = planned, defer_summary
+        try:
+            yield
+        finally:
+            self.compactor = compactor
+            self._planned, self._defer_summary = None, False
+
+    # ------------------------------------------------- staged compaction
+    def plan_compaction(self, *, manual: bool = False, instruction: str | None = None) -> CompactionPlan | None:
+        """What the next turn (``prepare``, or ``compact`` when ``manual``) would ask
+        the compactor, or None when it would not ask it at all.
+
+        Runs that turn on a throwaway copy whose compactor records the request;
+        this engine and the workspace are left as they were.
+        """
+        if not self._may_summarise(manual=manual):
+            return None
+        # A deep copy: the exported state shares its fate lists and ledger
+        # entries with this engine, and the dry run appends to them.
+        clone = ContextManager.from_state(self.profile, self.workspace, copy.deepcopy(self.export_state()),
+                                          compactor=PlanningCompactor(self.compactor.name))
+        clone.offload = DryOffloadStore(self.workspace)
+        clone.memory_workspace = None
+        clone.clock = self.clock
+        try:
+            if manual:
+                clone.compact(instruction)
+            else:
+                clone.prepare()
+        except SummaryNeeded as needed:
+            return CompactionPlan(
+                trigger="manual" if manual else "auto", instruction=instruction, turn=self.turn,
+                summary_version=self.summary_version, live_ids=[m.id for m in self.messages],
+                compact_ids=[m.id for m in needed.request.messages], request=needed.request)
+        return None
+
+    def _may_summarise(self, *, manual: bool) -> bool:
+        """Cheap and never wrong the wrong way: False only when the turn surely makes no summary call."""
+        if self.profile.policy == "eviction" or not self.messages:
+            return False
+        if manual:
+            return True
+        left = self.profile.threshold - self._payload_overhead_tokens()
+        # The contextlab hook summarises only when the live messages reach what
+        # is left (stage two only shrinks them); CoPaw counts with its own
+        # estimate of the same messages, hence the margin.
+        margin = 1.0 if self.profile.policy == "contextlab" else 0.8
+        return self._live_tokens >= left * margin
+
+    def _payload_overhead_tokens(self) -> int:
+        summary_msg = self.summary_message()
+        return ((self.schema_tokens if self.policy.exact_counts else 0)
+                + self._text_message_tokens(self.counter, "system", self.system_prompt)
+                + (self.counter.count_message(summary_msg) if summary_msg else 0))
+
+    def summarize_plan(self, plan: CompactionPlan, compactor: Compactor | None = None) -> PlannedSummary:
+        """Ask the compactor the plan's question. Touches no state: call it holding nothing.
+
+        ``compactor``: the one taken when planning, for a caller that shares this
+        engine with other threads (a turn of theirs swaps in a planned one).
+        """
+        try:
+            return PlannedSummary(plan=plan, result=(compactor or self.compactor).summarize(plan.request))
+        except CompactorFailed as exc:
+            return PlannedSummary(plan=plan, failure=exc)
+
+    def forced_split(self, tokens: list[int], trace: TurnTrace, rec: StepRecord) -> SplitPlan:
+        """The split of a planned compaction, on the state it is committed to."""
+        assert self._planned is not None
+        plan = self._planned.plan
+        live = [m.id for m in self.messages]
+        if self.summary_version != plan.summary_version or live[:len(plan.live_ids)] != plan.live_ids:
+            raise StalePlan("the live messages changed other than by appends since the compaction was planned")
+        planned = set(plan.compact_ids)
+        compact = [i for i, mid in enumerate(live) if mid in planned]
+        keep = [i for i, mid in enumerate(live) if mid not in planned]
+        last = compact[-1] if compact else -1
+        pinned = next((i for i in keep if i < last), None)
+        appended = live[len(plan.live_ids):]
+        rec.details["planned"] = {"planned_at_turn": plan.turn + 1, "rebased_over": appended}
+        if appended:
+            rec.reasons.append(f"{len(appended)} message(s) arrived while the summary was being written; "
+                               "the compaction applies to the messages it summarised and they stay live")
+        return SplitPlan(cut=last + 1, compact=compact, keep=keep, pinned=pinned,
+                         kept_tokens=sum(tokens[i] for i in keep), compact_tokens=sum(tokens[i] for i in compact),
+                         reserve=self.profile.reserve, fits_reserve=sum(tokens[i] for i in keep) <= self.profile.reserve,
+                         cut_kind="planned")
 
     def preview_compaction(self) -> SplitPreview:
         """Which messages a manual compaction would summarise and which it keeps."""
@@ -914,19 +1042,36 @@ class ContextManager:
         """The caller has saved the state of the last turn (transactional mode)."""
         self.archive.commit(turn=self.turn)
 
-    def export_state(self, *, history: bool = True) -> dict[str, Any]:
+    def export_state(self, *, history: bool = True, per_message: bool = True) -> dict[str, Any]:
         """The in-memory state as JSON-ready data (the workspace holds the rest).
 
         With ``history=False`` the fate and ledger of messages no longer live,
         and the arguments of their tool calls, are left out: a caller that keeps
         those elsewhere (the web app stores them per message) then pays for the
         live context only, not for everything the session ever saw.
+
+        With ``per_message=False`` (implies ``history=False``) what a caller
+        stores per message is left out too: the live messages (only their ids,
+        in order, under ``live_ids``), their fate and ledger, every id ever seen
+        and the archived ids. Such a header is small and does not grow with the
+        live context; ``from_state`` takes it back once the caller has put those
+        keys in again (the ledger of a live message is in its metadata).
         """
+        if not per_message:
+            header = self._export(history=False, messages=False)
+            for key in ("messages", "fate", "ledger", "ids", "archived_ids"):
+                header.pop(key)
+            header["live_ids"] = [m.id for m in self.messages]
+            return header
+        return self._export(history=history, messages=True)
+
+    def _export(self, *, history: bool, messages: bool) -> dict[str, Any]:
         live = {m.id for m in self.messages}
         live_calls = {u.id for m in self.messages for u in m.tool_uses} | set(self._pending_calls)
-        fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live}
+        # A header (messages=False) leaves fate and ledger out: not worth a pass over them.
+        fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live} if messages else {}
         ledger = self.ledger if history else {k: v for k, v in self.ledger.items()
-                                              if k.rpartition("#")[0] in live}
+                                              if k.rpartition("#")[0] in live} if messages else {}
         calls = {k: {"id": v.id, "name": v.name, "input": v.input if history or k in live_calls else {},
                      "raw_input": v.raw_input if history or k in live_calls else None}
                  for k, v in self._calls.items()}
@@ -941,7 +1086,7 @@ class ContextManager:
             "summaries": [s.to_dict() for s in self.summaries],
             # Token counts travel with the messages, so restoring a session
             # does not re-encode its whole live context.
-            "messages": [{**m.to_dict(), "token_memo": dict(m._token_memo)} for m in self.messages],
+            "messages": [self.message_form(m) for m in self.messages] if messages else [],
             "archived_ids": list(self.archived_ids),
             "externalized": dict(self.externalized),
             "fate": fate,
@@ -962,6 +1107,11 @@ class ContextManager:
             "stale": {k: v for k, v in self.stale.items() if history or k in live},
             "gone": sorted(self._gone) if history else [],
         }
+
+    @staticmethod
+    def message_form(msg: Message) -> dict[str, Any]:
+        """One live message as ``export_state`` stores it, with its token counts."""
+        return {**msg.to_dict(), "token_memo": dict(msg._token_memo)}
 
     @classmethod
     def from_state(

@@ -76,13 +76,15 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
         note_estimator_flaws(manager, trace, left)
         plan: SplitPlan | None = None
         deferred = False
-        if not manual and total < left:
+        if manager.planned is None and not manual and total < left:
             rec.outcome = f"{total:,} < {left:,}: keep everything"
             rec.status = "ok"
         else:
-            plan = plan_for(manager, [manager.tokens_of(m) for m in manager.messages], manual=manual,
-                            reserve=reserve)
-            if not manual and not plan.fits_reserve:
+            tokens = [manager.tokens_of(m) for m in manager.messages]
+            # A staged compaction applies the split it was planned with (rebased over appends).
+            plan = (manager.forced_split(tokens, trace, rec) if manager.planned is not None
+                    else plan_for(manager, tokens, manual=manual, reserve=reserve))
+            if manager.planned is None and not manual and not plan.fits_reserve:
                 # The newest turn, which compaction cannot remove, is what is
                 # large: shrink its tool output (stage 2) before compacting.
                 shrunk = shrink_kept_part(manager, trace, plan, reserve)
@@ -103,7 +105,7 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
                            f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
             if not manual:
                 note_split_flaws(manager, trace, left)
-                deferred = _defer(manager, rec, plan)
+                deferred = manager.planned is None and _defer(manager, rec, plan)
     if deferred:
         fit_window_step(manager, trace)
         return
@@ -115,6 +117,14 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
                 reason = nothing_to_compact_reason(manager, plan)
                 check.details["nothing_to_compact"] = reason
                 check.reasons.append(reason)
+        fit_window_step(manager, trace)
+        return
+    if manager.defer_summary:
+        trace.outcome = "compaction_deferred"
+        check = trace.get("context_check")
+        if check is not None:
+            check.reasons.append("another request is writing this session's summary: this turn keeps every "
+                                 "message and the compaction lands when that summary does")
         fit_window_step(manager, trace)
         return
     to_compact = [manager.messages[i] for i in plan.compact]

@@ -83,6 +83,10 @@ def copaw_turn(manager: ContextManager, trace: TurnTrace) -> None:
         rec.details = {"compact_ids": [manager.messages[i].id for i in compact],
                        "keep_ids": [manager.messages[i].id for i in keep]}
         rec.outcome = f"compact {len(compact)}, keep {len(keep)}, is_valid={valid}"
+    if manager.defer_summary:
+        trace.outcome = "compaction_deferred"
+        rec.reasons.append("another request is writing this session's summary: this turn keeps every message")
+        return
     to_compact = [manager.messages[i] for i in compact]
     copaw_compact(manager, trace, to_compact, instruction=None, trigger="auto")
 

@@ -102,7 +102,10 @@ def live_message_ids(session: AgentSession) -> set[str]:
     context while its row still says "live" (the row's status follows
     compaction only).
     """
-    return {str(m.get("id")) for m in (session.engine_state or {}).get("messages") or [] if isinstance(m, dict)}
+    state = session.engine_state or {}
+    if "live_ids" in state:  # the state header: the live messages are in their rows
+        return {str(mid) for mid in state["live_ids"]}
+    return {str(m.get("id")) for m in state.get("messages") or [] if isinstance(m, dict)}
 
 
 # -- long-term memory ---------------------------------------------------------------------------

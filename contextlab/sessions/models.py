@@ -1,7 +1,8 @@
 """Agent profiles and sessions, and everything a session's turns leave behind.
 
-The engine does the work and keeps its own state (``ContextManager.export_state``,
-stored whole in ``AgentSession.engine_state``); the other tables are the
+The engine does the work and keeps its own state: a small header in
+``AgentSession.engine_state`` (``ContextManager.export_state(per_message=False)``)
+and each live message's form in its ``SessionMessage`` row; the other tables are the
 queryable record the pages and the API read: one row per message with its fate,
 one per turn with its trace, one per summary version, offloaded file and
 manual compaction run.
@@ -227,7 +228,9 @@ class AgentSession(models.Model):
     title = models.CharField(max_length=200, blank=True)
     system_prompt = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
-    # ContextManager.export_state(): the engine's whole in-memory state.
+    # The engine's state header (export_state(per_message=False)); the live
+    # messages are in their rows (SessionMessage.live_form). Sessions saved
+    # before that hold the whole state here, which loads as well.
     engine_state = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
     summary = models.TextField(blank=True)
     summary_version = models.PositiveIntegerField(default=0)
@@ -243,6 +246,12 @@ class AgentSession(models.Model):
     live_count = models.PositiveIntegerField(default=0)
     # Where an imported session came from: format, file name, importer warnings.
     source = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
+    # Bumped by every commit of the engine's state: a process holding an
+    # engine of this version may reuse it instead of loading the state again.
+    state_version = models.PositiveBigIntegerField(default=0)
+    # Set while a summary call for this session runs with no lock held (the
+    # call's bound): turns arriving meanwhile do not start a second one.
+    summary_call_until = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(default=now)
     last_activity = models.DateTimeField(default=now)
 
@@ -342,6 +351,10 @@ class SessionMessage(models.Model):
     archive_file = models.CharField(max_length=200, blank=True)
     archive_line = models.PositiveIntegerField(null=True, blank=True)
     fate = models.JSONField(default=list, blank=True, decoder=RepairingJSONDecoder, help_text="the engine's fate events for this message")
+    # While the message is live: the engine's own form of it (with its token
+    # counts), written when it changes; the engine is rebuilt from these rows
+    # and the session's small state header. None once it left the context.
+    live_form = models.JSONField(null=True, blank=True, decoder=RepairingJSONDecoder)
 
     class Meta:
         ordering = ["seq"]

@@ -23,7 +23,7 @@ def test_it_previews_the_split_without_changing_anything(alice_session):
     preview = services.compaction_preview(session=alice_session)
     assert preview["compact_ids"]
     assert preview["keep_ids"]
-    live = [m["id"] for m in state["messages"]]
+    live = state["live_ids"]
     assert preview["compact_ids"] + preview["keep_ids"] == live
     alice_session.refresh_from_db()
     assert alice_session.engine_state == state

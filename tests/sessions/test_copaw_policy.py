@@ -22,7 +22,7 @@ def test_it_runs_and_records_a_copaw_session(alice):
     assert "compacted" in outcomes
     session.refresh_from_db()
     rows = list(SessionMessage.objects.filter(session=session))
-    live_ids = {m["id"] for m in session.engine_state["messages"]}
+    live_ids = set(session.engine_state["live_ids"])
     assert {r.message_id for r in rows if r.status == "live"} == live_ids
     archived = [r for r in rows if r.status == "archived"]
     assert archived and all(r.archive_file and r.archive_line for r in archived)

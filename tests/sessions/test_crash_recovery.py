@@ -83,8 +83,9 @@ CHILD = textwrap.dedent('''
             "live_count": session.live_count,
             "summary_version": session.summary_version,
             "state_turn": state["turn"],
-            "state_live_ids": [m["id"] for m in state["messages"]],
-            "state_archived_ids": list(state["archived_ids"]),
+            "state_live_ids": list(state["live_ids"]),
+            "state_archived_ids": list(SessionMessage.objects.filter(session=session, status="archived")
+                                       .order_by("seq").values_list("message_id", flat=True)),
             "state_summary_versions": [s["version"] for s in state["summaries"]],
             "turns": list(Turn.objects.filter(session=session).order_by("number").values_list("number", flat=True)),
             "summary_versions": list(SummaryVersion.objects.filter(session=session).order_by("version")

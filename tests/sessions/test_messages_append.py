@@ -18,7 +18,7 @@ def test_it_appends_openai_messages(alice_session):
     alice_session.refresh_from_db()
     assert alice_session.messages_count == 3
     assert alice_session.live_count == 3
-    assert len(alice_session.engine_state["messages"]) == 3
+    assert len(alice_session.engine_state["live_ids"]) == 3
 
 
 def test_it_detects_anthropic_messages(alice_session):

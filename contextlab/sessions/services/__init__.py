@@ -4,7 +4,10 @@ One module per workflow, so the one you need is found by its name:
 
 * ``inputs``      the checks every workflow applies to what a client sends, and their errors;
 * ``profiles``    creating and resolving profiles;
-* ``persistence`` loading a session's engine under its row lock and writing what a step changed;
+* ``persistence`` loading a session's engine under its row lock (or reusing the one this process
+                  kept, while its state version is current) and writing what a step changed;
+* ``summary_calls`` turns that may call the summary model: planned under the lock, the call with
+                  nothing held, committed under the lock;
 * ``live_state``  what the dashboard's viewers are pushed after a commit;
 * ``turns``       sessions, appended messages and the pre-reasoning hook (``session_prepare``);
 * ``compaction``  manual compaction, now or as a background run;
@@ -19,6 +22,9 @@ one transaction holding a row lock on the session (``select_for_update``; on
 SQLite the IMMEDIATE transactions of the settings serialise writers instead),
 so two hooks, or a hook and a manual compaction, never interleave on one
 session: the second waits and then starts from the state the first committed.
+The one exception is the summary model's call, which may take its whole
+timeout: it runs with no lock and no transaction open (``summary_calls``), and
+its result is committed onto whatever the session holds by then.
 The engine itself writes the dialog archive before it removes a message, so a
 rollback after a file write leaves an extra archive line at worst, never a loss.
 

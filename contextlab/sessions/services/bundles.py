@@ -52,7 +52,7 @@ _BUNDLE_ROWS: dict[str, tuple[type[Any], tuple[str, ...]]] = {
     "messages.jsonl": (SessionMessage, ("message_id", "seq", "role", "name", "timestamp", "content",
                                         "current_content", "tokens", "status", "truncated_stage", "truncated_turn",
                                         "compacted_turn", "summary_version", "archive_file", "archive_line",
-                                        "fate")),
+                                        "fate", "live_form")),
     "turns.jsonl": (Turn, ("number", "trigger", "outcome", "policy", "trace", "payload", "used_tokens", "threshold",
                            "window", "payload_tokens", "compacted_count", "duration_ms", "summary_version", "usage",
                            "created")),

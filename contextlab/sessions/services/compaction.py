@@ -24,13 +24,9 @@ from contextlab.sessions.services.inputs import (
     check_text,
 )
 from contextlab.sessions.services.live_state import run_announce
-from contextlab.sessions.services.persistence import (
-    fate_sizes,
-    locked_session,
-    persist_step,
-    trace_step,
-)
+from contextlab.sessions.services.persistence import locked_session, trace_step
 from contextlab.sessions.services.runs import COMPACT_SESSION, run_claim, run_not_queued
+from contextlab.sessions.services.summary_calls import hook_turn
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +54,7 @@ def compaction_run(*, session: AgentSession, instruction: str | None = None,
 def compaction_execute(*, run: CompactionRun) -> CompactionRun:
     run.mark_running()
     try:
-        with locked_session(run.session) as (locked, manager):
-            before = fate_sizes(manager)
-            result = manager.compact(run.instruction or None)
-            turn = persist_step(locked, manager, before=before, result=result)
+        turn = hook_turn(run.session, manual=True, instruction=run.instruction or None)
     except ContextLabError as exc:
         run.mark_failed(exc.message)
         raise
@@ -165,17 +158,13 @@ def compaction_work(*, run_id: int) -> str:
             log.warning("compaction run %s: its previous worker died; running it again", run_id)
         run_announce(run, retried=retried)
         try:
-            with locked_session(run.session) as (locked, manager):
-                # Each finished step goes to the page at once, so a slow summary
-                # call shows where it stands (gate, split done; summary running).
-                manager.observer = lambda trace_step, turn_so_far: run_announce(run, steps=_step_outline(turn_so_far))
-                before = fate_sizes(manager)
-                result = manager.compact(run.instruction or None)
-                turn = persist_step(locked, manager, before=before, result=result)
-                assert turn is not None
-                # In the compaction's own transaction: "done" and the compaction
-                # are committed together, or neither is.
-                _run_finish(run, turn)
+            # Each finished step goes to the page at once, so a slow summary
+            # call shows where it stands (gate, split done; summary running).
+            # _run_finish runs in the compaction's own transaction: "done" and
+            # the compaction are committed together, or neither is.
+            hook_turn(run.session, manual=True, instruction=run.instruction or None,
+                      observer=lambda trace_step, turn_so_far: run_announce(run, steps=_step_outline(turn_so_far)),
+                      on_turn=lambda _, turn: _run_finish(run, turn))
         except ContextLabError as exc:
             run.mark_failed(exc.message)
         except Exception as exc:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -41,26 +46,129 @@ def load_manager(session: AgentSession) -> ContextManager:
     profile = session.profile.to_engine()
     compactor = session.profile.summary_compactor()
     if not session.engine_state:
-        return ContextManager(profile, session.workspace, system_prompt=session.system_prompt,
-                              compactor=compactor, transactional=True)
-    manager = ContextManager.from_state(profile, session.workspace, session.engine_state, compactor=compactor,
+        manager = ContextManager(profile, session.workspace, system_prompt=session.system_prompt,
+                                 compactor=compactor, transactional=True)
+        _held[manager] = _Held({}, {}, set())
+        return manager
+    state = session.engine_state
+    header = "live_ids" in state
+    if header:
+        state = _assemble_state(session, state)
+    manager = ContextManager.from_state(profile, session.workspace, state, compactor=compactor,
                                         transactional=True)
+    # What the rows hold now: everything live when they were read, nothing for
+    # a session saved whole before per-message rows (its next commit writes them).
+    unrowed = set((state.get("unrowed") or {}).get("messages", {})) if header else set()
+    _held[manager] = _Held({m.id: m for m in manager.messages if m.id not in unrowed} if header else {},
+                           dict(manager.ledger), unrowed)
     if manager.recovered_files:
         log.warning("session %s: cut %s back to before turn %s, whose state was never saved (the process "
                     "died before its commit)", session.pk, ", ".join(manager.recovered_files), manager.turn + 1)
     return manager
 
 
+class EngineCache:
+    """Engines kept in this process between requests, each valid for one committed state.
+
+    Keyed by session; an entry holds the ``state_version`` (and the profile's
+    last change) it was committed at. A request holding the session's lock that
+    finds the row at that version reuses the engine instead of loading the state;
+    a version moved by any process (another web process, the worker) means a
+    load. An engine is taken out while a request works on it and goes back only
+    once that request's transaction has committed, so a rolled-back or failed
+    step never leaves a half-changed engine behind.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._engines: OrderedDict[Any, tuple[tuple[Any, ...], ContextManager]] = OrderedDict()
+
+    @staticmethod
+    def key(session: AgentSession) -> tuple[Any, ...]:
+        return (session.state_version, session.profile_id, session.profile.updated, str(session.workspace))
+
+    def take(self, session: AgentSession) -> ContextManager | None:
+        with self._lock:
+            entry = self._engines.pop(session.pk, None)
+        if entry is None or entry[0] != self.key(session):
+            return None
+        entry[1].observer = None  # the previous request's listener (a run's step announcer)
+        return entry[1]
+
+    def keep(self, session: AgentSession, manager: ContextManager) -> None:
+        with self._lock:
+            self._engines[session.pk] = (self.key(session), manager)
+            self._engines.move_to_end(session.pk)
+            while len(self._engines) > self.size:
+                self._engines.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._engines.clear()
+
+
+engines = EngineCache(size=int(getattr(settings, "CONTEXTLAB_ENGINE_CACHE_SIZE", 256)))
+
+
+@dataclass
+class _Held:
+    """What the database holds of an engine: the live message objects its rows were
+    written from, the ledger entries its file rows were, and the live messages
+    that have no row (kept in the state header instead)."""
+
+    rows: dict[str, Message]
+    ledger: dict[str, dict[str, Any]]
+    unrowed: set[str]
+
+
+_held: weakref.WeakKeyDictionary[ContextManager, _Held] = weakref.WeakKeyDictionary()
+
+
+def _assemble_state(session: AgentSession, header: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine's state from the header and the rows: what a cold load costs."""
+    live_ids: list[str] = list(header["live_ids"])
+    unrowed = header.get("unrowed") or {}
+    forms: dict[str, Any] = dict(unrowed.get("messages") or {})
+    fate: dict[str, Any] = dict(unrowed.get("fate") or {})
+    for message_id, events, form in (SessionMessage.objects.filter(session=session, message_id__in=live_ids)
+                                     .values_list("message_id", "fate", "live_form")):
+        if form is not None:
+            forms[message_id] = form
+            fate[message_id] = events
+    missing = [mid for mid in live_ids if mid not in forms]
+    if missing:
+        raise RuntimeError(f"session {session.pk}: no stored form of live message(s) {', '.join(missing[:5])}")
+    messages = [forms[mid] for mid in live_ids]
+    ledger = {f"{m['id']}#{block}": entry for m in messages
+              for block, entry in ((m.get("metadata") or {}).get("offload") or {}).items()}
+    rows = SessionMessage.objects.filter(session=session)
+    ids = [*rows.values_list("message_id", flat=True), *forms]
+    archived = list(rows.filter(status=SessionMessage.Status.ARCHIVED).order_by("seq")
+                    .values_list("message_id", flat=True))
+    return {**header, "messages": messages, "fate": fate, "ledger": ledger, "ids": sorted(set(ids)),
+            "archived_ids": archived}
+
+
 @contextlib.contextmanager
-def locked_session(session: AgentSession) -> Iterator[tuple[AgentSession, ContextManager]]:
-    """The session row, locked until the transaction ends, and its engine."""
+def locked_session(session: AgentSession, *, keep: bool = True) -> Iterator[tuple[AgentSession, ContextManager]]:
+    """The session row, locked until the transaction ends, and its engine (cached when current).
+
+    ``keep=False``: the caller changes the engine without writing it (a turn it
+    writes later, or never), so the engine must not go back into the cache as
+    if it were the committed state; the caller keeps it itself once written."""
     with transaction.atomic():
         locked = (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
                   .get(pk=session.pk))
         if locked.status == AgentSession.Status.IMPORTING:
             raise SessionUnavailable("the session is still being imported; try again when it is done",
                                      field="session")
-        yield locked, load_manager(locked)
+        manager = engines.take(locked) or load_manager(locked)
+        yield locked, manager
+        # Reached only when the block ended normally; the key is read at commit,
+        # after persist_step bumped the version.
+        if keep:
+            transaction.on_commit(lambda: engines.keep(locked, manager))
 
 
 def fate_sizes(manager: ContextManager) -> dict[str, int]:
@@ -94,29 +202,42 @@ def _apply_fate(row: SessionMessage, events: list[dict[str, Any]], live: Message
 
 
 _MESSAGE_FIELDS = ["fate", "status", "truncated_stage", "truncated_turn", "compacted_turn", "summary_version",
-                   "archive_file", "archive_line", "current_content", "tokens"]
+                   "archive_file", "archive_line", "current_content", "tokens", "live_form"]
 
 
 def _persist_messages(session: AgentSession, manager: ContextManager, before: Mapping[str, int],
-                      originals: Mapping[str, Message]) -> None:
-    """Write the rows of every message whose fate changed since ``before``.
+                      originals: Mapping[str, Message]) -> bool:
+    """Write the rows of the messages this step changed: a new fate event, a new
+    live form (a new message, a re-cut result), or leaving the live context.
 
     Keyed by message id, so persisting the same step twice updates rows instead
-    of adding duplicates.
+    of adding duplicates. The cost follows what changed, not the session's size
+    (one pass over the live list compares objects, nothing is encoded). True when
+    a message left the live context.
     """
-    changed = [mid for mid, events in manager.fate.items() if len(events) != before.get(mid)]
-    if not changed:
-        return
+    held = _held.setdefault(manager, _Held({}, {}, set()))
     live = {m.id: m for m in manager.messages}
-    existing = {row.message_id: row for row in SessionMessage.objects.filter(session=session, message_id__in=changed)}
+    # In the engine's order (ingest order), which is the order new rows get their seq in.
+    fate_order = [mid for mid, events in manager.fate.items() if len(events) != before.get(mid)]
+    fate_changed = set(fate_order)
+    form_changed = [mid for mid, m in live.items() if held.rows.get(mid) is not m and mid not in held.unrowed]
+    left = [mid for mid in held.rows if mid not in live]
+    touched = list(dict.fromkeys([*fate_order, *form_changed, *left]))
+    held.unrowed &= live.keys()
+    if not touched:
+        return False
+    existing = {row.message_id: row for row in SessionMessage.objects.filter(session=session, message_id__in=touched)}
     new_rows: list[SessionMessage] = []
     updated: list[SessionMessage] = []
-    for mid in changed:
+    for mid in touched:
         row = existing.get(mid)
         if row is None:
             original = originals.get(mid)
             if original is None:
-                log.warning("session %s: message %s has no ingested original; not recorded", session.pk, mid)
+                if mid in live:
+                    held.unrowed.add(mid)  # made by the engine (a placeholder): kept in the header
+                else:
+                    log.warning("session %s: message %s has no ingested original; not recorded", session.pk, mid)
                 continue
             session.messages_count += 1
             row = SessionMessage(session=session, message_id=mid, seq=session.messages_count, role=original.role,
@@ -125,10 +246,22 @@ def _persist_messages(session: AgentSession, manager: ContextManager, before: Ma
             new_rows.append(row)
         else:
             updated.append(row)
-        _apply_fate(row, manager.fate[mid], live.get(mid), manager)
+        if mid in fate_changed:
+            _apply_fate(row, manager.fate[mid], live.get(mid), manager)
+        message = live.get(mid)
+        if message is not None:
+            row.live_form = manager.message_form(message)
+            if mid not in fate_changed:
+                row.current_content = [block_to_dict(b) for b in message.content]
+                row.tokens = manager.exact_counter.count_message(message)
+            held.rows[mid] = message
+        else:
+            row.live_form = None
+            held.rows.pop(mid, None)
     SessionMessage.objects.bulk_create(new_rows)
     if updated:
         SessionMessage.objects.bulk_update(updated, _MESSAGE_FIELDS)
+    return bool(left)
 
 
 def trace_step(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -169,6 +302,8 @@ def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
 
 
 def _persist_summaries(session: AgentSession, manager: ContextManager) -> None:
+    if manager.summary_version == session.summary_version:
+        return
     known = set(SummaryVersion.objects.filter(session=session).values_list("version", flat=True))
     SummaryVersion.objects.bulk_create([
         SummaryVersion(session=session, version=s.version, text=s.text, turn=s.turn, trigger=s.trigger,
@@ -178,9 +313,14 @@ def _persist_summaries(session: AgentSession, manager: ContextManager) -> None:
     ])
 
 
-def _persist_offloaded(session: AgentSession, manager: ContextManager) -> None:
-    if not manager.ledger:
+def _persist_offloaded(session: AgentSession, manager: ContextManager, *, left_live: bool) -> None:
+    held = _held.setdefault(manager, _Held({}, {}, set()))
+    changed = any(held.ledger.get(key) is not entry for key, entry in manager.ledger.items())
+    # A message leaving the context may leave its files unreferenced; otherwise
+    # nothing of the file rows can have changed.
+    if not manager.ledger or not (changed or left_live):
         return
+    held.ledger = dict(manager.ledger)
     referenced = manager.referenced_files()
     existing = {f.path: f for f in OffloadedFile.objects.filter(session=session)}
     new_rows: list[OffloadedFile] = []
@@ -207,14 +347,21 @@ def _persist_offloaded(session: AgentSession, manager: ContextManager) -> None:
 
 def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapping[str, int],
              originals: Mapping[str, Message] | None = None, result: TurnResult | None = None) -> Turn | None:
-    """Write what one engine step changed: messages, turn, summaries, files, state."""
-    _persist_messages(session, manager, before, originals or {})
+    """Write what one engine step changed: messages, turn, summaries, files, and the
+    state header (never the live context as a whole)."""
+    held = _held.setdefault(manager, _Held({}, {}, set()))
+    left_live = _persist_messages(session, manager, before, originals or {})
     turn = _persist_turn(session, result) if result is not None else None
     _persist_summaries(session, manager)
-    _persist_offloaded(session, manager)
+    _persist_offloaded(session, manager, left_live=left_live)
     compaction_loss.record(session)
     profile = manager.profile
-    session.engine_state = manager.export_state(history=False)
+    header = manager.export_state(per_message=False)
+    if held.unrowed:
+        live = {m.id: m for m in manager.messages}
+        header["unrowed"] = {"messages": {mid: manager.message_form(live[mid]) for mid in held.unrowed},
+                             "fate": {mid: manager.fate.get(mid, []) for mid in held.unrowed}}
+    session.engine_state = header
     session.summary = manager.summary or ""
     session.summary_version = manager.summary_version
     session.turns_count = manager.turn
@@ -222,6 +369,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     session.tokens_threshold = profile.threshold
     session.tokens_window = profile.max_input_length
     session.last_activity = timezone.now()
+    session.state_version += 1
     session.save()
     # The archive journal goes only once the database holds the state its lines
     # belong to; robust, because a journal left behind is harmless (the next load

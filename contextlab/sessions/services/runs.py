@@ -79,7 +79,8 @@ def import_reset(session: AgentSession) -> None:
             model.objects.filter(session=session).delete()
         shutil.rmtree(session.workspace, ignore_errors=True)
         manager = ContextManager(session.profile.to_engine(), session.workspace, system_prompt=session.system_prompt)
-        session.engine_state = manager.export_state(history=False)
+        session.engine_state = manager.export_state(per_message=False)
+        session.state_version += 1
         session.summary = ""
         for name in ("summary_version", "tokens_used", "turns_count", "compactions_count", "failures_count",
                      "messages_count", "live_count"):

@@ -29,8 +29,15 @@ from contextlab.sessions.services.inputs import (
     check_text,
     convert_messages,
 )
-from contextlab.sessions.services.persistence import fate_sizes, load_manager, locked_session, persist_step
+from contextlab.sessions.services.persistence import (
+    engines,
+    fate_sizes,
+    load_manager,
+    locked_session,
+    persist_step,
+)
 from contextlab.sessions.services.profiles import profile_default
+from contextlab.sessions.services.summary_calls import hook_turn
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +52,7 @@ def session_create(*, owner: User, system_prompt: str, profile: AgentProfile | N
                            tokens_threshold=engine_profile.threshold,
                            tokens_window=engine_profile.max_input_length)
     manager = ContextManager(engine_profile, session.workspace, system_prompt=system_prompt)
-    session.engine_state = manager.export_state(history=False)
+    session.engine_state = manager.export_state(per_message=False)
     session.save()
     return session
 
@@ -97,14 +104,18 @@ def session_prepare(*, session: AgentSession,
                     request_schemas: tuple[Any, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the pre-reasoning hook: the exact messages for the next LLM call (OpenAI format),
     and the turn's trace (``trace["turn"]`` is the turn number). ``request_schemas``: as
-    in ``session_advance``."""
-    with locked_session(session) as (locked, manager):
+    in ``session_advance``.
+
+    While another request writes this session's summary, the last committed
+    payload comes back at once (see ``summary_calls``).
+    """
+
+    def schemas(locked: AgentSession, manager: ContextManager) -> list[Message]:
         if request_schemas is not None:
             manager.set_request_schemas(*request_schemas)
-        before = fate_sizes(manager)
-        result = manager.prepare()
-        turn = persist_step(locked, manager, before=before, result=result)
-    assert turn is not None
+        return []
+
+    turn = hook_turn(session, ingest=schemas, reuse_last=True)
     return turn.payload, turn.trace
 
 
@@ -125,23 +136,22 @@ def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
         check_raw_messages(messages)
     if system_prompt is not None:
         system_prompt = check_text(system_prompt, "system_prompt")
-    with locked_session(session) as (locked, manager):
+
+    def ingest(locked: AgentSession, manager: ContextManager) -> list[Message]:
         if system_prompt is not None and system_prompt != manager.system_prompt:
             manager.system_prompt = system_prompt
             locked.system_prompt = system_prompt
         if request_schemas is not None:
             manager.set_request_schemas(*request_schemas)
-        before = fate_sizes(manager)
-        parsed: list[Message] = []
-        if messages:
-            known_calls = {call_id: call["name"]
-                           for call_id, call in (locked.engine_state.get("calls") or {}).items()}
-            parsed = from_openai(messages, known_calls=known_calls)
-            check_message_ids(parsed)
-            manager.append(parsed)
-        result = manager.prepare()
-        turn = persist_step(locked, manager, before=before, originals={m.id: m for m in parsed}, result=result)
-    assert turn is not None
+        if not messages:
+            return []
+        known_calls = {call_id: call["name"] for call_id, call in (locked.engine_state.get("calls") or {}).items()}
+        parsed = from_openai(messages, known_calls=known_calls)
+        check_message_ids(parsed)
+        manager.append(parsed)
+        return parsed
+
+    turn = hook_turn(session, ingest=ingest)
     return turn.payload, turn.trace
 
 
@@ -188,7 +198,7 @@ class PendingTurn:
 
 
 def _version(session: AgentSession) -> tuple[Any, ...]:
-    return (session.turns_count, session.messages_count, session.last_activity)
+    return (session.state_version,)
 
 
 def session_new(*, owner: User, system_prompt: str, profile: AgentProfile, title: str = "") -> AgentSession:
@@ -222,7 +232,7 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             manager = ContextManager(session.profile.to_engine(), session.workspace,
                                      system_prompt=session.system_prompt, transactional=True)
         else:
-            locked, manager = stack.enter_context(locked_session(session))
+            locked, manager = stack.enter_context(locked_session(session, keep=False))
         version = () if new else _version(locked)
         if system_prompt is not None and system_prompt != manager.system_prompt:
             manager.system_prompt = system_prompt
@@ -255,7 +265,7 @@ def session_repeat_pending(*, session: AgentSession) -> PendingTurn | None:
 
     None when the session's newest message is not such a reply.
     """
-    with locked_session(session) as (locked, manager):
+    with locked_session(session, keep=False) as (locked, manager):
         turn = Turn.objects.filter(session=locked, number=locked.turns_count).first()
         if turn is None:
             return None
@@ -310,6 +320,8 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
         before = fate_sizes(manager)
         manager.append(parsed)
         persist_step(locked, manager, before=before, originals={m.id: m for m in parsed})
+    # Written: from now on the engine is the committed state, for the next request to reuse.
+    transaction.on_commit(lambda: engines.keep(locked, manager))
     return True
 
 

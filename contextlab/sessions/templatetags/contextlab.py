@@ -21,7 +21,7 @@ def outcome_class(outcome: str) -> str:
         return "chip--fired"
     if outcome in ("compaction_failed", "failed", "over_budget"):
         return "chip--failed"
-    if outcome in ("fallback_summary", "warning", "nothing_to_compact"):
+    if outcome in ("fallback_summary", "warning", "nothing_to_compact", "compaction_deferred"):
         return "chip--warning"
     if outcome == "skipped":
         return "chip--muted"
