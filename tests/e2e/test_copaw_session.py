@@ -48,6 +48,7 @@ class TestCopawSession(BrowserTestCase):
         page.screenshot(path=str(self.shots / "copaw-flow.png"), full_page=True)
 
         self.open(session.get_absolute_url())
+        page.click('.tabs [data-tab="ledger"]')
         ledger = page.locator("#ledger-card")
         assert "tool_result/" in (ledger.text_content() or "")
         ledger.screenshot(path=str(self.shots / "copaw-ledger.png"))

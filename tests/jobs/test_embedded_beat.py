@@ -72,7 +72,9 @@ def test_it_does_not_start_in_scaled_mode(settings):
                                                 ({"CONTEXTLAB_EMBEDDED_BEAT": "0"}, False)])
 def test_the_asgi_module_starts_it_in_embedded_mode_only(tmp_path, extra, started):
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "PYTEST_VERSION")}
-    env.update({"CONTEXTLAB_VAR_DIR": str(tmp_path), "CONTEXTLAB_EMBEDDED_BEAT": "1", **extra})
+    # Scaled mode (REDIS_URL) refuses to start without a secret key of its own.
+    env.update({"CONTEXTLAB_VAR_DIR": str(tmp_path), "CONTEXTLAB_EMBEDDED_BEAT": "1",
+                "SECRET_KEY": "a-secret-key-for-this-test-only-" + "x" * 30, **extra})
     code = ("import threading, contextlab.asgi; "
             "print('Beat' in [t.name for t in threading.enumerate()]); "
             "from contextlab import jobs; jobs.stop_embedded(5)")

@@ -83,7 +83,7 @@ def test_it_judges_a_reply_cut_at_max_tokens_invalid_keeps_everything_and_saves_
     manager = ContextManager(PROFILE, tmp_path / "ws", system_prompt="You are a build agent.",
                              compactor=_compactor(llm, max_tokens=8))
     manager.summary = "## Goal\n- the previous summary, kept on failure"
-    _work(manager, turns=3, words=220)
+    _work(manager, turns=4, words=220)  # over the threshold, under the window
     live_before = manager.live_ids()
     assert manager.live_tokens < PROFILE.max_input_length  # no overflow: no fallback
     turn = manager.prepare()

@@ -78,7 +78,7 @@ def test_it_compacts_inside_a_single_long_request_by_hand(alice_session):
     run = services.compaction_run(session=alice_session)
     assert run.status == CompactionRun.Status.DONE and run.outcome == "compacted" and not run.error
     alice_session.refresh_from_db()
-    live = [m["id"] for m in alice_session.engine_state["messages"]]
+    live = alice_session.engine_state["live_ids"]
     request = SessionMessage.objects.get(session=alice_session, seq=1)
     assert live[0] == request.message_id and len(live) == 3  # the request, the newest call and its result
     assert alice_session.engine_state["pinned_ids"] == [request.message_id]

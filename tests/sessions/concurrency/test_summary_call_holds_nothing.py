@@ -29,11 +29,13 @@ SUMMARY = ("## Goal\n- build every target\n## Constraints & Preferences\n- none\
 STEP_LIMIT_SECONDS = 60
 
 
-def _remote_session(alice, base_url: str, title: str) -> AgentSession:
+def _remote_session(alice, llm: FakeLLM, settings, title: str) -> AgentSession:
+    # The operator offers the fake LLM as the provider "fake"; the profile picks it.
+    settings.CONTEXTLAB_PROVIDERS = llm.provider
     profile = services.profile_create(owner=alice, name=f"remote {title}", knobs={
         "max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400,
-        "compactor": "openai", "compaction_base_url": base_url, "compaction_model": "fake-model",
-        "compaction_api_key_env": "", "compaction_timeout": 120.0, "compaction_retries": 0,
+        "compactor": "openai", "compaction_provider": "fake", "compaction_model": "fake-model",
+        "compaction_timeout": 120.0, "compaction_retries": 0,
     })
     return services.session_create(owner=alice, system_prompt="You are a careful coding agent.", profile=profile,
                                    title=title)
@@ -94,11 +96,11 @@ def _assert_compaction_landed_after(a: AgentSession, appended: list[str], turn: 
     assert_nothing_lost(a)
 
 
-def test_it_holds_nothing_during_a_manual_compactions_summary_call(alice):
+def test_it_holds_nothing_during_a_manual_compactions_summary_call(alice, settings):
     gate = Gate(Reply(SUMMARY))
     with FakeLLM([gate]) as llm:
-        a = _remote_session(alice, llm.base_url, "a")
-        b = _remote_session(alice, llm.base_url, "b")
+        a = _remote_session(alice, llm, settings, "a")
+        b = _remote_session(alice, llm, settings, "b")
         _fill(a, 1, 3)
         _fill(b, 1, 1)
         errors: list[BaseException] = []
@@ -118,11 +120,11 @@ def test_it_holds_nothing_during_a_manual_compactions_summary_call(alice):
     assert_nothing_lost(b)
 
 
-def test_it_answers_prepares_while_the_hooks_own_summary_call_runs(alice):
+def test_it_answers_prepares_while_the_hooks_own_summary_call_runs(alice, settings):
     gate = Gate(Reply(SUMMARY))
     with FakeLLM([gate]) as llm:
-        a = _remote_session(alice, llm.base_url, "a")
-        b = _remote_session(alice, llm.base_url, "b")
+        a = _remote_session(alice, llm, settings, "a")
+        b = _remote_session(alice, llm, settings, "b")
         _fill(a, 1, 16)
         _fill(b, 1, 1)
         last_before = Turn.objects.filter(session=a).count()
