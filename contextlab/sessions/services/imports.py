@@ -90,12 +90,9 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
                                      title=title or spooled.name[:MAX_TITLE_LENGTH])
     assert path is not None
     source = Path(path)
-    with source.open("rb") as fh:
-        head = fh.read(4096)
-    if head.startswith(b"PK\x03\x04"):
-        return _zip_import(owner=owner, source=source, profile=profile, title=title)
-    if looks_like_otlp(head):
-        return otlp_import(owner=owner, path=source, title=title, file_name=source.name, profile=profile)
+    restored = _import_without_replay(owner=owner, source=source, profile=profile, title=title)
+    if restored is not None:
+        return restored
     transcript = load_transcript(source)
     session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
                              title=title or source.name[:MAX_TITLE_LENGTH])
@@ -112,6 +109,19 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
     session.status = AgentSession.Status.ACTIVE
     session.save(update_fields=["status"])
     return session
+
+
+def _import_without_replay(*, owner: User, source: Path, profile: AgentProfile | None,
+                           title: str) -> AgentSession | None:
+    """The session of a file that needs no replay (a zip: a CoPaw workspace, recorded requests or a
+    session bundle; an OpenTelemetry trace), or None for a transcript to replay."""
+    with source.open("rb") as fh:
+        head = fh.read(4096)
+    if head.startswith(b"PK\x03\x04"):
+        return _zip_import(owner=owner, source=source, profile=profile, title=title)
+    if looks_like_otlp(head):
+        return otlp_import(owner=owner, path=source, title=title, file_name=source.name, profile=profile)
+    return None
 
 
 def _zip_import(*, owner: User, source: Path, profile: AgentProfile | None, title: str) -> AgentSession:
@@ -163,12 +173,9 @@ def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, up
                                              title=title or spooled.name[:MAX_TITLE_LENGTH])
     assert path is not None
     source = Path(path)
-    with source.open("rb") as fh:
-        head = fh.read(4096)
-    if head.startswith(b"PK\x03\x04"):
-        return _zip_import(owner=owner, source=source, profile=profile, title=title), None
-    if looks_like_otlp(head):
-        return otlp_import(owner=owner, path=source, title=title, file_name=source.name, profile=profile), None
+    restored = _import_without_replay(owner=owner, source=source, profile=profile, title=title)
+    if restored is not None:
+        return restored, None
     transcript = load_transcript(source)
     with transaction.atomic():
         session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
