@@ -118,7 +118,8 @@ def test_it_runs_a_manual_compaction_job_against_the_real_server(alice, llm, set
     assert run.status == CompactionRun.Status.DONE
     if verdict.valid:
         assert run.outcome == "compacted" and run.error == ""
-        assert session.summary == normalize_summary(exchange.content or "")
+        # The identifier post-check only appends what the model dropped.
+        assert session.summary.startswith(normalize_summary(exchange.content or "").rstrip())
     else:
         # Asked for explicitly: an invalid reply gives way to the offline summary, and the run says so.
         assert run.outcome == "fallback_summary"
