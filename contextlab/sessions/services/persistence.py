@@ -301,9 +301,10 @@ def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
     return turn
 
 
-def _persist_summaries(session: AgentSession, manager: ContextManager) -> None:
+def _persist_summaries(session: AgentSession, manager: ContextManager) -> bool:
+    """Write the summary versions the step added; True when there were any."""
     if manager.summary_version == session.summary_version:
-        return
+        return False
     known = set(SummaryVersion.objects.filter(session=session).values_list("version", flat=True))
     SummaryVersion.objects.bulk_create([
         SummaryVersion(session=session, version=s.version, text=s.text, turn=s.turn, trigger=s.trigger,
@@ -311,6 +312,7 @@ def _persist_summaries(session: AgentSession, manager: ContextManager) -> None:
                        created=parse_datetime(s.created_at.replace("Z", "+00:00")) or timezone.now())
         for s in manager.summaries if s.version not in known
     ])
+    return True
 
 
 def _persist_offloaded(session: AgentSession, manager: ContextManager, *, left_live: bool) -> None:
@@ -352,9 +354,11 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     held = _held.setdefault(manager, _Held({}, {}, set()))
     left_live = _persist_messages(session, manager, before, originals or {})
     turn = _persist_turn(session, result) if result is not None else None
-    _persist_summaries(session, manager)
+    new_summary = _persist_summaries(session, manager)
     _persist_offloaded(session, manager, left_live=left_live)
-    compaction_loss.record(session)
+    if new_summary:
+        # Only a new summary version has a loss at compaction to check (a query saved on every other step).
+        compaction_loss.record(session)
     profile = manager.profile
     header = manager.export_state(per_message=False)
     if held.unrowed:
