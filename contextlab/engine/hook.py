@@ -1087,11 +1087,12 @@ class ContextManager:
             # Token counts travel with the messages, so restoring a session
             # does not re-encode its whole live context.
             "messages": [self.message_form(m) for m in self.messages] if messages else [],
-            "archived_ids": list(self.archived_ids),
+            # A header (messages=False) drops these two: not worth building (they grow with history).
+            "archived_ids": list(self.archived_ids) if messages else [],
             "externalized": dict(self.externalized),
             "fate": fate,
             "ledger": ledger,
-            "ids": sorted(self._ids),
+            "ids": sorted(self._ids) if messages else [],
             "calls": calls,
             "archive_files": sorted(self._archive_files),
             "answered": sorted(self._answered),
