@@ -124,6 +124,8 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The same backend, with this process's writers queued in order (contextlab.db.sqlite3).
+    DATABASES["default"]["ENGINE"] = "contextlab.db.sqlite3"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"init_command": ("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL; "
                           "PRAGMA synchronous = NORMAL;"),
@@ -133,7 +135,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # Several processes on a shared database or Redis (scaled mode) must share one
 # key, which only the operator can give them; an install on SQLite makes its own.
 if not SECRET_KEY:
-    if os.getenv("REDIS_URL") or DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+    if os.getenv("REDIS_URL") or DATABASES["default"]["ENGINE"] != "contextlab.db.sqlite3":
         raise ImproperlyConfigured(
             "SECRET_KEY is not set: in scaled mode (a shared database or REDIS_URL) every process needs the "
             "same secret key. Set SECRET_KEY (or SECRET_KEY_FILE) to a long random value, e.g. the output of "
