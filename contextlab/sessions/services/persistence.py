@@ -104,6 +104,20 @@ class EngineCache:
             while len(self._engines) > self.size:
                 self._engines.popitem(last=False)
 
+    @contextlib.contextmanager
+    def borrowed(self, session: AgentSession) -> Iterator[ContextManager | None]:
+        """The engine of ``session``'s version, to read without the session's lock (None when
+        this process holds none). Out of the cache meanwhile, so no writer changes it under
+        the reader; back afterwards unless a writer has kept a newer one."""
+        manager = self.take(session)
+        try:
+            yield manager
+        finally:
+            if manager is not None:
+                with self._lock:
+                    if session.pk not in self._engines:
+                        self._engines[session.pk] = (self.key(session), manager)
+
     def clear(self) -> None:
         with self._lock:
             self._engines.clear()
