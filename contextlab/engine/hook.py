@@ -1067,7 +1067,9 @@ class ContextManager:
 
     def _export(self, *, history: bool, messages: bool) -> dict[str, Any]:
         live = {m.id for m in self.messages}
-        live_calls = {u.id for m in self.messages for u in m.tool_uses} | set(self._pending_calls)
+        # Runs on every commit: no list per message (``tool_uses`` builds one).
+        live_calls = {b.id for m in self.messages for b in m.content
+                      if isinstance(b, ToolUseBlock)} | set(self._pending_calls)
         # A header (messages=False) leaves fate and ledger out: not worth a pass over them.
         fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live} if messages else {}
         ledger = self.ledger if history else {k: v for k, v in self.ledger.items()
