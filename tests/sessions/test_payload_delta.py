@@ -90,3 +90,12 @@ def test_it_keeps_a_shared_prefix_and_an_appended_tail_as_one_range_and_the_new_
     ops, carried = payload_delta.operations(base, payload)
     assert ops == [[0, 1], [3, 101], {"role": "user", "content": "new"}]
     assert carried == 1
+
+
+def test_it_exports_and_imports_deltas_that_still_rebuild(alice_session, alice):
+    payloads = _turns(alice_session, 4)
+    bundle = services.session_export(session=alice_session)
+    copy = services.session_import_bundle(owner=alice, data=bundle)
+    rows = list(Turn.objects.filter(session=copy).order_by("number"))
+    assert any(payload_delta.is_delta(_stored(row)) for row in rows)
+    assert [row.payload for row in rows] == payloads
