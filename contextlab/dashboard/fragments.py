@@ -67,7 +67,8 @@ KINDS: dict[str, tuple[str, ...]] = {
 }
 ACTIVE_RUN = (CompactionRun.Status.QUEUED, CompactionRun.Status.RUNNING)
 _TURN_LIST_FIELDS = ("session_id", "number", "trigger", "outcome", "used_tokens", "threshold", "window",
-                     "payload_tokens", "compacted_count", "summary_version", "duration_ms", "created")
+                     "payload_tokens", "compacted_count", "summary_version", "duration_ms", "created",
+                     "profile_version")
 
 
 def latest_turn(session: AgentSession, *, payload: bool = False) -> Turn | None:
