@@ -52,7 +52,7 @@ PROGRESS_SECONDS = 0.5  # between two writes of the progress
 
 
 def max_turns() -> int:
-    return int(getattr(settings, "CONTEXTLAB_WHAT_IF_MAX_TURNS", 200))
+    return int(settings.CONTEXTLAB_WHAT_IF_MAX_TURNS)
 
 
 def _text(blocks: Any) -> str:
@@ -173,9 +173,9 @@ def _side(turns: list[dict[str, Any]], compactions: list[dict[str, Any]]) -> dic
 
 def _actual(session: AgentSession, upto: int, seqs: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     turns = [{"number": t["number"], "outcome": t["outcome"], "tokens": t["payload_tokens"],
-              "over_window": bool(t["window"]) and t["payload_tokens"] > t["window"]}
+              "messages": t["compacted_count"], "over_window": bool(t["window"]) and t["payload_tokens"] > t["window"]}
              for t in Turn.objects.filter(session=session, number__lte=upto).order_by("number")
-             .values("number", "outcome", "payload_tokens", "window")]
+             .values("number", "outcome", "payload_tokens", "window", "compacted_count")]
     by_turn: dict[Any, SummaryVersion] = {v.turn: v for v in SummaryVersion.objects.filter(session=session, turn__lte=upto)}
     compactions = []
     for t in turns:
@@ -184,6 +184,7 @@ def _actual(session: AgentSession, upto: int, seqs: dict[str, int]) -> tuple[lis
         version = by_turn.get(t["number"])
         lost = list((version.lost_at_compaction or []) if version else [])
         compactions.append({"turn": t["number"], "version": version.version if version else None,
+                            "messages": t["messages"],
                             "lost_count": (version.lost_count or 0) if version else 0,
                             "lost": [{"kind": x.get("kind"), "value": x.get("value"),
                                       "seq": seqs.get(x.get("message_id", ""))} for x in lost[:LOST_SHOWN]]})
