@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from contextlab import jobs
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, SessionMessage, Turn, WhatIfRun
 from tests.dashboard.conftest import work
@@ -87,16 +86,3 @@ def test_it_refuses_another_owners_session(alice, bob, six_turns):
 
     with pytest.raises(InvalidProfile):
         services.whatif_start(profile=bobs, session=six_turns, values=bobs.recorded_values(), by=bob)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_it_runs_as_a_background_job(alice, small_profile):
-    session = services.session_create(owner=alice, system_prompt="You are a careful coding agent.",
-                                      profile=small_profile)
-    work(session, 4)
-    run = services.whatif_start(profile=small_profile, session=session,
-                                values={**small_profile.recorded_values(), "max_input_length": 2_500}, by=alice)
-    assert jobs.drain(60)
-    run.refresh_from_db()
-    assert run.status == WhatIfRun.Status.DONE, run.error
-    assert run.turns_done == 4
