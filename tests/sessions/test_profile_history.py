@@ -36,3 +36,10 @@ def test_each_turn_records_the_profile_version_it_ran_under(alice_session):
     versions = dict(Turn.objects.filter(session=alice_session).values_list("number", "profile_version"))
     assert versions == {1: 1, 2: 1, 3: 2}
     assert Turn.objects.get(session=alice_session, number=3).to_dict()["profile_version"] == 2
+
+
+def test_a_profile_made_through_the_api_says_so_in_its_history(api, alice):
+    response = api.post("/api/v1/profiles", {"name": "from-api", "max_input_length": 9_000})
+    assert response.status_code == 201, response.content
+    version = ProfileVersion.objects.get(profile_id=response.json()["id"])
+    assert (version.number, version.source, version.changed_by) == (1, "api", alice)
