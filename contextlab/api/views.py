@@ -28,8 +28,10 @@ MAX_DB_INT = 2**63 - 1
 
 
 def _session(request: ApiRequest, session_id: UUID) -> AgentSession:
-    # Someone else's session answers exactly like a missing one.
-    session = AgentSession.objects.select_related("profile").filter(pk=session_id, owner=request.user).first()
+    # Someone else's session answers exactly like a missing one. The state
+    # header loads only where a view reads it: it is the engine's, not the API's.
+    session = (AgentSession.objects.select_related("profile").defer("engine_state")
+               .filter(pk=session_id, owner=request.user).first())
     if session is None:
         raise ApiError(404, f"you have no session {session_id}", "id")
     return session

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,9 @@ from contextlab.engine.profile import (
     Profile,
 )
 from contextlab.lib.textsafe import RepairingJSONDecoder
+from contextlab.sessions import payload_delta
+
+log = logging.getLogger(__name__)
 
 _DEFAULT = Profile()
 # Every knob of the engine's Profile, in its order; "name" is the row's own
@@ -496,6 +500,46 @@ class SessionMessage(models.Model):
         return rows
 
 
+class _PayloadAttribute:
+    """``turn.payload``: always the whole payload, whatever form the row stores.
+
+    The row holds either the payload itself or a delta against an earlier turn's
+    (``payload_delta``); a delta is rebuilt on first read and kept on the
+    instance. Assigning a list stores it whole; the services assign the stored
+    form and the whole payload they have at hand with ``Turn.set_payload``.
+    """
+
+    def __init__(self, field: models.Field[Any, Any]) -> None:
+        self.field = field
+
+    def __get__(self, instance: Turn | None, cls: type | None = None) -> Any:
+        if instance is None:
+            return self
+        name = self.field.attname
+        if name not in instance.__dict__:
+            instance.refresh_from_db(fields=[name])
+        stored = instance.__dict__[name]
+        if not payload_delta.is_delta(stored):
+            return stored
+        whole = instance.__dict__.get("_payload_whole")
+        if whole is None or whole[0] is not stored:
+            whole = (stored, instance.rebuild_payload(stored))
+            instance.__dict__["_payload_whole"] = whole
+        return whole[1]
+
+    def __set__(self, instance: Turn, value: Any) -> None:
+        instance.__dict__[self.field.attname] = value
+
+
+class PayloadField(models.JSONField):
+    """A JSON column read through ``_PayloadAttribute``, written in its stored form."""
+
+    descriptor_class = _PayloadAttribute
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        return model_instance.__dict__.get(self.attname)
+
+
 class Turn(models.Model):
     """One run of the hook (or of a manual compaction) and its trace."""
 
@@ -506,7 +550,9 @@ class Turn(models.Model):
     policy = models.CharField(max_length=16)
     trace = models.JSONField(decoder=RepairingJSONDecoder)
     # The exact messages sent to the LLM at this turn, in OpenAI's format.
-    payload = models.JSONField(default=list, decoder=RepairingJSONDecoder)
+    # Stored whole, or as a delta against an earlier turn's (``payload_delta``);
+    # reading ``payload`` always gives the whole list.
+    payload = PayloadField(default=list, decoder=RepairingJSONDecoder)
     used_tokens = models.PositiveIntegerField(
         default=0, help_text="system prompt + summary + messages as the hook measured them coming in")
     threshold = models.PositiveIntegerField(default=0)
@@ -527,6 +573,25 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"turn {self.number}: {self.outcome}"
+
+    def set_payload(self, stored: Any, whole: list[dict[str, Any]]) -> None:
+        """Store ``stored`` (a delta or the list) while reads see ``whole``, which the caller already has."""
+        self.payload = stored
+        if stored is not whole:
+            self.__dict__["_payload_whole"] = (stored, whole)
+
+    def rebuild_payload(self, stored: Any) -> list[dict[str, Any]]:
+        keyframe = stored.get("keyframe")
+        if not isinstance(keyframe, int) or isinstance(keyframe, bool):
+            keyframe = 0
+        rows = dict(Turn.objects.filter(session_id=self.session_id, number__gte=keyframe, number__lt=self.number)
+                    .values_list("number", "payload"))
+        try:
+            return payload_delta.rebuild(self.number, stored, rows)
+        except payload_delta.BrokenChain as exc:
+            # An imported bundle that lost rows: the page shows no payload rather than failing.
+            log.warning("session %s turn %s: payload cannot be rebuilt (%s)", self.session_id, self.number, exc)
+            return []
 
     @property
     def is_failure(self) -> bool:
