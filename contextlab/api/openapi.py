@@ -202,6 +202,18 @@ def _schemas() -> dict[str, Any]:
     return {**SCHEMAS, **_profile_schemas()}
 
 
+def _answer(properties: dict[str, Any], *, closed: bool = True) -> dict[str, Any]:
+    """An object the server answers: every key always present; ``closed``: and no other key.
+
+    Objects other schemas extend with ``allOf`` stay open, or the extension
+    could not add its keys.
+    """
+    schema: dict[str, Any] = {"type": "object", "required": list(properties), "properties": properties}
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
 def _profile_schemas() -> dict[str, Any]:
     """The profile's schemas: built per document, as the operator's provider list is a setting."""
     knobs = knob_schemas()
@@ -240,13 +252,11 @@ SCHEMAS: dict[str, Any] = {
             "kind": {**_STR, "description": "the engine's error class, when the engine raised it"},
         },
     },
-    "Tokens": {"type": "object", "properties": {"used": _INT, "threshold": _INT, "window": _INT}},
-    "Session": {
-        "type": "object",
-        "properties": {
+    "Tokens": _answer({"used": _INT, "threshold": _INT, "window": _INT}),
+    "Session": _answer(closed=False, properties={
             "id": {"type": "string", "format": "uuid"},
             "title": _STR,
-            "profile": {"type": "object", "properties": {"id": _INT, "name": _STR}},
+            "profile": _answer({"id": _INT, "name": _STR}),
             "status": _enum(AgentSession.Status.values),
             "policy": _enum(POLICIES),
             "tokens": _ref("Tokens"),
@@ -260,32 +270,26 @@ SCHEMAS: dict[str, Any] = {
             "created": {"type": "string", "format": "date-time"},
             "last_activity": {"type": "string", "format": "date-time"},
             "url": {**_STR, "description": "the session's page in the dashboard"},
-        },
-    },
+        }),
     "SessionDetail": {
         "allOf": [
             _ref("Session"),
-            {"type": "object", "properties": {
+            _answer(closed=False, properties={
                 "system_prompt": _STR,
                 "summary": _NULL_STR,
                 "pending_tool_calls": {"type": "array", "items": _STR},
                 "latest_turn": {"allOf": [_ref("Turn")], "nullable": True},
-            }},
+            }),
         ]
     },
-    "MessageRow": {
-        "type": "object",
-        "properties": {
-            "id": _STR, "seq": _INT, "role": _STR, "tokens": _INT,
-            "status": _enum(SessionMessage.Status.values),
-            "truncated_stage": _NULL_INT, "truncated_turn": _NULL_INT, "compacted_turn": _NULL_INT,
-            "summary_version": _NULL_INT,
-            "archive": {"type": "object", "nullable": True, "properties": {"file": _STR, "line": _INT}},
-        },
-    },
-    "Turn": {
-        "type": "object",
-        "properties": {
+    "MessageRow": _answer({
+        "id": _STR, "seq": _INT, "role": _enum(ROLES), "tokens": _INT,
+        "status": _enum(SessionMessage.Status.values),
+        "truncated_stage": _NULL_INT, "truncated_turn": _NULL_INT, "compacted_turn": _NULL_INT,
+        "summary_version": _NULL_INT,
+        "archive": {**_answer({"file": _STR, "line": _NULL_INT}), "nullable": True},
+    }),
+    "Turn": _answer(closed=False, properties={
             "number": _INT,
             "trigger": {"type": "string", "enum": ["auto", "manual"]},
             "outcome": _enum(OUTCOMES),
@@ -299,8 +303,7 @@ SCHEMAS: dict[str, Any] = {
             "duration_ms": {"type": "number"},
             "usage": {**_OBJ, "nullable": True},
             "created": {"type": "string", "format": "date-time"},
-        },
-    },
+        }),
     "TurnFull": {
         "allOf": [
             _ref("Turn"),
@@ -321,24 +324,18 @@ SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": True,
     },
-    "Summary": {
-        "type": "object",
-        "properties": {
-            "version": _INT, "text": _STR, "turn": _INT, "trigger": _STR, "compactor": _STR,
-            "fallback": {"type": "boolean"}, "compacted_ids": {"type": "array", "items": _STR},
-            "created": {"type": "string", "format": "date-time"},
-        },
-    },
-    "CompactionRun": {
-        "type": "object",
-        "properties": {
-            "id": _INT, "status": _enum(CompactionRun.Status.values),
-            "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
-            "created": {"type": "string", "format": "date-time"},
-            "started": {"type": "string", "format": "date-time", "nullable": True},
-            "finished": {"type": "string", "format": "date-time", "nullable": True},
-        },
-    },
+    "Summary": _answer({
+        "version": _INT, "text": _STR, "turn": _INT, "trigger": _STR, "compactor": _STR,
+        "fallback": {"type": "boolean"}, "compacted_ids": {"type": "array", "items": _STR},
+        "created": {"type": "string", "format": "date-time"},
+    }),
+    "CompactionRun": _answer({
+        "id": _INT, "status": _enum(CompactionRun.Status.values),
+        "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
+        "created": {"type": "string", "format": "date-time"},
+        "started": {"type": "string", "format": "date-time", "nullable": True},
+        "finished": {"type": "string", "format": "date-time", "nullable": True},
+    }),
     "SplitPreview": {
         "type": "object",
         "properties": {
@@ -347,18 +344,15 @@ SCHEMAS: dict[str, Any] = {
             "reserve": _INT, "notes": {"type": "array", "items": _STR},
         },
     },
-    "Hit": {
-        "type": "object",
-        "properties": {
-            "kind": {"type": "string", "enum": ["dialog", "externalized", "tool_result", "memory"]},
-            "location": {**_STR, "description": "workspace file, with :line for the archive, offloaded "
-                                                "output and memory notes"},
-            "message_id": _NULL_STR,
-            "seq": {**_NULL_INT, "description": "the message's position in the session, when known"},
-            "snippet": _STR,
-            "score": {"type": "number"},
-        },
-    },
+    "Hit": _answer({
+        "kind": {"type": "string", "enum": ["dialog", "externalized", "tool_result", "memory"]},
+        "location": {**_STR, "description": "workspace file, with :line for the archive, offloaded "
+                                            "output and memory notes"},
+        "message_id": _NULL_STR,
+        "seq": {**_NULL_INT, "description": "the message's position in the session, when known"},
+        "snippet": _STR,
+        "score": {"type": "number"},
+    }),
 }
 
 

@@ -3,14 +3,14 @@
 The project runs under daphne (its real ASGI application, in a subprocess with
 a database of its own) seeded with an account holding every kind of session
 (``tests.api.fuzz_world``). Schemathesis loads ``/api/v1/openapi.json`` from the
-live URL and runs its examples, coverage and fuzzing phases on every operation
-with every check: no 5xx, only declared status codes, content types, headers
+live URL and runs its examples, coverage, fuzzing and stateful phases on every
+operation with every check: no 5xx, only declared status codes, content types, headers
 and shapes, and the strictness checks (a request the document forbids is
 refused, one it allows is accepted, a missing token or an undeclared method is
 refused). Any failure fails the test with schemathesis' report and a curl
 command to replay it.
 
-Seeded and bounded: the same requests every run, about a minute on CI. A deeper
+Seeded and bounded: the same requests every run, two to three minutes on CI. A deeper
 or different run, locally:
 ``CONTEXTLAB_FUZZ_EXAMPLES=300 CONTEXTLAB_FUZZ_SEED=7 pytest tests/api/test_fuzz_live.py``.
 """
@@ -34,6 +34,7 @@ from tests.gateway.servers import REPO, _environment, _wait_until_serving
 
 SEED = int(os.environ.get("CONTEXTLAB_FUZZ_SEED") or 20_261_203)
 MAX_EXAMPLES = int(os.environ.get("CONTEXTLAB_FUZZ_EXAMPLES") or 40)
+PHASES = os.environ.get("CONTEXTLAB_FUZZ_PHASES") or "examples,coverage,fuzzing,stateful"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
@@ -102,7 +103,7 @@ def test_it_agrees_with_its_document_under_schemathesis(live: LiveServer) -> Non
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     command = [
         str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", f"{live.url}/api/v1/openapi.json",
-        "--checks", "all", "--phases", "examples,coverage,fuzzing",
+        "--checks", "all", "--phases", PHASES,
         "--seed", str(SEED), "--max-examples", str(MAX_EXAMPLES),
         "--header", f"Authorization: Bearer {live.world['token']}",
         "--no-color",
@@ -111,4 +112,5 @@ def test_it_agrees_with_its_document_under_schemathesis(live: LiveServer) -> Non
     report = result.stdout + result.stderr
     server_log = live.log.read_text(errors="replace")
     assert result.returncode == 0, f"{report}\n--- server log (tail)\n{server_log[-4000:]}"
+    print(report[report.rfind("SUMMARY"):])  # shown with pytest -rP: operations, phases, cases generated
     assert "Traceback" not in server_log, server_log[-4000:]
