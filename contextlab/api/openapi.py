@@ -87,8 +87,8 @@ _ERROR_TEXT = {
     404: "No such session (or not yours), or no such turn or run",
     409: "The session is busy: still being imported, or another request holds it",
     413: "The body or the upload is too large",
-    422: "Profile settings (or a profile reference) the server refuses: a rule between knobs, an unknown "
-         "profile or provider",
+    422: "Well-formed but refused: profile settings breaking a rule between knobs, an unknown profile or "
+         "provider, a turn number the session does not have",
     429: "Too many requests for this API token; retry after the seconds in Retry-After",
     502: "The summary model's provider failed",
     503: "The tokenizer's vocabulary is not installed on the server",
@@ -181,6 +181,21 @@ RECALL = _body({
     "inject": {"type": "boolean", "default": False},
 })
 RECALL["required"] = ["query"]
+# Examples of requests that succeed: a reader's starting point, and the
+# fuzzer's examples phase sends each of them.
+SESSION_CREATE["example"] = {"system_prompt": "You are a careful coding agent.", "title": "Fix the nightly build"}
+MESSAGES_APPEND["example"] = {"messages": [
+    {"role": "user", "content": "Build t1 and report the errors in /srv/app/t1.log"},
+    {"role": "assistant", "content": "Building t1.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "run_shell", "arguments": "{\"command\": \"make t1\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "[t1] step 0001: compiled module_01.c in 2 ms"},
+]}
+PREPARE["example"] = {"tools": [{"type": "function", "function": {
+    "name": "run_shell", "description": "Run a shell command",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]}
+USAGE_REPORT["example"] = {"turn": 1, "usage": {"prompt_tokens": 1234, "completion_tokens": 56}}
+COMPACT["example"] = {"instruction": "Keep the target names.", "preview": False, "background": False}
+RECALL["example"] = {"query": "make t1", "limit": 5, "inject": False}
 # The import form's fields; "background" takes these spellings of yes and no.
 IMPORT_FORM = _body({
     "file": {"type": "string", "format": "binary"},
@@ -195,7 +210,11 @@ PROFILE_NAME = {**_STR, "minLength": 1, "maxLength": 100, "pattern": r"\S"}
 
 
 def _profile_body(*, name_required: bool) -> dict[str, Any]:
-    return _body({"name": PROFILE_NAME, **knob_schemas()}, required=("name",) if name_required else ())
+    if name_required:
+        return _body({"name": PROFILE_NAME, **knob_schemas()}, required=("name",))
+    # Inline in a new session, an empty name asks the server to make one up.
+    name = {**PROFILE_NAME, "minLength": 0, "pattern": r"^$|\S", "description": "empty: a generated name"}
+    return _body({"name": name, **knob_schemas()})
 
 
 def _schemas() -> dict[str, Any]:
@@ -395,7 +414,10 @@ def _document(server_url: str) -> dict[str, Any]:
             "title": "ContextLab API",
             "version": "1",
             "description": "Feed an agent's messages in, get back the exact messages to send to the LLM "
-                           "after the pre-reasoning hook, and read every turn's trace.",
+                           "after the pre-reasoning hook, and read every turn's trace. Every refusal is "
+                           "{error, field}: a field a request body does not list, a NUL character "
+                           "(\\u0000) or a lone surrogate (\\ud800-\\udfff) in any text is refused "
+                           "with a 400 naming where it is.",
         },
         "servers": [{"url": server_url}],
         "security": [{"bearer": []}],
@@ -462,7 +484,7 @@ def _document(server_url: str) -> dict[str, Any]:
                     "requestBody": _request(USAGE_REPORT),
                     "responses": {"200": _json({"type": "object", "properties": {
                         "turn": _INT, "usage": _OBJ, "payload_tokens": _INT, "reported_prompt_tokens": _NULL_INT,
-                        "difference": _NULL_INT}}), **_errors(400, 404, 409, 413)},
+                        "difference": _NULL_INT}}), **_errors(400, 404, 409, 413, 422)},
                 },
             },
             "/sessions/{session_id}/compact": {

@@ -131,6 +131,9 @@ def _session_create(request: ApiRequest) -> HttpResponse:
             raise ApiError(400, "profile must be a profile id, a profile name or an object of settings; "
                                 "leave it out for your profile named 'default'", "profile")
         _refuse_nul(body["profile"], "profile")
+        ref = body["profile"]
+        if isinstance(ref, dict) and not isinstance(ref.get("name", ""), str):
+            raise ApiError(400, "profile.name must be a string (empty: a generated name)", "profile.name")
         try:
             profile = services.profile_resolve(owner=request.user, ref=body["profile"])
         except InvalidProfile as exc:
@@ -199,7 +202,8 @@ def session_usage(request: ApiRequest, session_id: UUID) -> HttpResponse:
     try:
         turn = services.usage_report(session=session, turn_number=number, usage=body.get("usage"))
     except Turn.DoesNotExist as exc:
-        raise ApiError(404, f"the session has no turn {number}", "turn") from exc
+        # 422, not 404: the session (the URL) exists; the body names a turn it does not have.
+        raise ApiError(422, f"the session has no turn {number}", "turn") from exc
     reported = services.reported_prompt_tokens(turn.usage)
     return JsonResponse({
         "turn": turn.number,

@@ -10,7 +10,6 @@ carry every enum value and optional shape the document declares.
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
@@ -48,7 +47,7 @@ def seed() -> dict[str, Any]:
     transcript = json.dumps([{"role": "user", "content": "Where is the nightly log?"},
                              {"role": "assistant", "content": "In /srv/app/nightly.log."}])
     imported = services.transcript_import(
-        owner=owner, upload=SimpleUploadedFile("chat.json", io.BytesIO(transcript.encode()).read()),
+        owner=owner, upload=SimpleUploadedFile("chat.json", transcript.encode()),
         title="an imported transcript")
     contextlab.refresh_from_db()
     return {

@@ -58,6 +58,14 @@ def test_it_refuses_null_where_the_document_says_a_value(api, alice, field):
     assert response.json()["field"] == field
 
 
+@pytest.mark.parametrize(("name", "status"), [(None, 400), (7, 400), ("", 201), ("inline", 201)])
+def test_it_names_an_inline_profile_as_the_document_says(api, alice, name, status):
+    response = api.post("/api/v1/sessions", {"system_prompt": "", "profile": {"name": name, "policy": "copaw"}})
+    assert response.status_code == status, response.content
+    if status == 400:
+        assert response.json()["field"] == "profile.name"
+
+
 @pytest.mark.parametrize("query", ["failed=null", "failed=1", "failed=", "profile=0", "limit=", "offset="])
 def test_it_refuses_a_list_query_the_document_forbids(api, alice_session, query):
     response = api.get(f"/api/v1/sessions?{query}")

@@ -114,3 +114,13 @@ def test_it_agrees_with_its_document_under_schemathesis(live: LiveServer) -> Non
     assert result.returncode == 0, f"{report}\n--- server log (tail)\n{server_log[-4000:]}"
     print(report[report.rfind("SUMMARY"):])  # shown with pytest -rP: operations, phases, cases generated
     assert "Traceback" not in server_log, server_log[-4000:]
+
+
+@pytest.mark.parametrize("body", [b"--b0undary--\r\n", b"not a multipart body at all"])
+def test_it_explains_a_malformed_multipart_body_in_json(live: LiveServer, body: bytes) -> None:
+    # Twisted, under daphne, answered these with a bare 400 before Django ran.
+    response = httpx2.post(f"{live.url}/api/v1/imports", content=body, timeout=30, headers={
+        "Authorization": f"Bearer {live.world['token']}", "Content-Type": "multipart/form-data; boundary=b0undary"})
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["field"] in ("file", "body")
