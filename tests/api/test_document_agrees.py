@@ -149,3 +149,17 @@ def test_it_refuses_an_import_form_the_document_forbids(client, alice, alice_tok
 
 def test_it_imports_in_the_foreground_when_background_is_no(client, alice, alice_token):
     assert _import(client, alice_token, background="false").status_code == 201
+
+
+def test_a_rate_limited_answer_is_the_one_the_document_declares(api, alice_session, settings):
+    from openapi_schema_validator import OAS30Validator
+
+    settings.CONTEXTLAB_RATE_LIMIT_API = "1/3600"
+    api.get("/api/v1/sessions")
+    response = api.get("/api/v1/sessions")
+    assert response.status_code == 429
+    declared = _document(api)["paths"]["/sessions"]["get"]["responses"]["429"]
+    document = _document(api)
+    OAS30Validator({**declared["content"]["application/json"]["schema"],
+                    "components": document["components"]}).validate(response.json())
+    assert int(response.headers["Retry-After"]) >= declared["headers"]["Retry-After"]["schema"]["minimum"]
