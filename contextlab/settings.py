@@ -210,6 +210,8 @@ CONTEXTLAB_REAP_SECONDS = envint("CONTEXTLAB_REAP_SECONDS", "30")
 # A run still queued after this many minutes is failed by the sweep: its job was
 # lost (Redis lost its data) or no worker is running.
 CONTEXTLAB_QUEUED_MINUTES = envint("CONTEXTLAB_QUEUED_MINUTES", "30")
+# A profile's what-if replays at most this many turns of the chosen session (its cost is CPU only).
+CONTEXTLAB_WHAT_IF_MAX_TURNS = envint("CONTEXTLAB_WHAT_IF_MAX_TURNS", "200")
 # Daily notes of this many days (the day that ended included) go into MEMORY.md.
 CONTEXTLAB_MEMORY_DAYS = envint("CONTEXTLAB_MEMORY_DAYS", "7")
 CELERY_BEAT_SCHEDULE = {

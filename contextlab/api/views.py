@@ -135,7 +135,7 @@ def _session_create(request: ApiRequest) -> HttpResponse:
         if isinstance(ref, dict) and not isinstance(ref.get("name", ""), str):
             raise ApiError(400, "profile.name must be a string (empty: a generated name)", "profile.name")
         try:
-            profile = services.profile_resolve(owner=request.user, ref=body["profile"])
+            profile = services.profile_resolve(owner=request.user, ref=body["profile"], change_source="api")
         except InvalidProfile as exc:
             # Knob errors of an inline profile name the knob inside "profile".
             field = exc.field if exc.field in (None, "profile") else f"profile.{exc.field}"
@@ -343,7 +343,7 @@ def profiles(request: ApiRequest) -> HttpResponse:
         knobs = {k: v for k, v in body.items() if k != "name"}
         if not isinstance(body.get("name"), str):
             raise ApiError(400, "name is required", "name")
-        profile = services.profile_create(owner=request.user, name=body["name"], knobs=knobs)
+        profile = services.profile_create(owner=request.user, name=body["name"], knobs=knobs, change_source="api")
         return JsonResponse(profile.to_dict(), status=201)
     return JsonResponse({"profiles": [p.to_dict() for p in AgentProfile.objects.filter(owner=request.user)]})
 

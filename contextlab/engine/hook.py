@@ -968,6 +968,15 @@ class ContextManager:
                 rec.details["stale_reads"] = stale_live
                 rec.reasons.append(f"{len(stale_live)} live read result(s) show an old version of a file "
                                    "written later in the session")
+            # Originals an operator put back since the last turn (contextlab.engine.reinject):
+            # they were appended, so they are among the newest messages.
+            tail = self.messages[-len(self._added):] if self._added else []
+            added = set(self._added) if tail else set()
+            reinjected = [{"message_id": m.id, "source_id": m.metadata["reinjected_from"]}
+                          for m in tail if m.id in added and m.metadata.get("reinjected_from")]
+            if reinjected:
+                rec.details["reinjected"] = reinjected
+                rec.reasons.append(f"{len(reinjected)} original(s) re-injected by the operator")
             trace.payload = {
                 "message_count": len(self.messages),
                 "first_message_id": self.messages[0].id if self.messages else None,
@@ -976,6 +985,7 @@ class ContextManager:
                 "removed_ids": self._removed,
                 "changed_ids": sorted(set(self._changed) - set(self._removed)),
                 "pinned_message_ids": pinned,
+                **({"reinjected": reinjected} if reinjected else {}),
                 "summary_version": self.summary_version,
                 "tokens": {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
                            "tool_results": tool_tokens, "tools": self.schema_tokens, "total": total},

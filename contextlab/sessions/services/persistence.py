@@ -292,6 +292,9 @@ def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
             "compacted_count": int(archived),
             "duration_ms": float(trace.get("duration_ms") or 0.0),
             "summary_version": int(trace["payload"].get("summary_version") or 0),
+            # The profile's version now: the engine of this step was built from it
+            # (the engine cache is keyed by the profile's last change).
+            "profile_version": session.profile.version,
         },
     )
     session.tokens_used = turn.payload_tokens
