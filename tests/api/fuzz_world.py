@@ -1,8 +1,8 @@
 """The data the live fuzz runs against: one account holding every kind of session.
 
 Run inside the server's own database before daphne starts (``python -m
-tests.api.fuzz_world``): it prints, as JSON, the API token and the ids the
-fuzzer puts in its path parameters. Every policy is present (contextlab,
+tests.api.fuzz_world``): it prints, as JSON, the API tokens of two users and
+the ids the fuzzer puts in its path parameters. Every policy is present (contextlab,
 copaw, eviction with evicted turns), with a manual compaction run, summary
 versions and an imported transcript, so the lists and details the fuzzer reads
 carry every enum value and optional shape the document declares.
@@ -49,9 +49,14 @@ def seed() -> dict[str, Any]:
     imported = services.transcript_import(
         owner=owner, upload=SimpleUploadedFile("chat.json", transcript.encode()),
         title="an imported transcript")
+    # Another account, whose session the fuzzer's user must never reach
+    # (schemathesis' object-level authorization check swaps their tokens).
+    bob = User.objects.create_user("bob")
+    services.session_create(owner=bob, system_prompt="You are Bob's agent.", title="Bob's session")
     contextlab.refresh_from_db()
     return {
         "token": token,
+        "peer_token": ApiToken.issue(user=bob, name="fuzz")[1],
         "session_id": str(contextlab.pk),
         "number": contextlab.turns.count(),
         "run_id": run.pk,

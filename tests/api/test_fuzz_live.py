@@ -97,15 +97,18 @@ def test_it_serves_every_policy_to_the_fuzzer(live: LiveServer) -> None:
     assert run["status"] == "done"
 
 
-def test_it_agrees_with_its_document_under_schemathesis(live: LiveServer) -> None:
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.fuzz_hooks",
+def test_it_agrees_with_its_document_under_schemathesis(live: LiveServer, tmp_path: Path) -> None:
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"auth": [
+        {"name": name, "fixedHeaders": [{"name": "Authorization", "value": f"Bearer {live.world[key]}"}]}
+        for name, key in (("fuzzer", "token"), ("bob", "peer_token"))]}))
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.fuzz_hooks", "CONTEXTLAB_FUZZ_AUTH": str(auth),
            "CONTEXTLAB_FUZZ_WORLD": json.dumps(live.world),
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     command = [
         str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", f"{live.url}/api/v1/openapi.json",
         "--checks", "all", "--phases", PHASES,
         "--seed", str(SEED), "--max-examples", str(MAX_EXAMPLES),
-        "--header", f"Authorization: Bearer {live.world['token']}",
         "--no-color",
     ]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
