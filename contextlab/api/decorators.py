@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import wraps
 from typing import Any
 
@@ -142,8 +142,13 @@ def authorize(view: ApiView) -> ApiView:
     return wrapper
 
 
-def json_body(request: HttpRequest) -> dict[str, Any]:
-    """The request body as a JSON object; every way it can be bad names "body"."""
+def json_body(request: HttpRequest, schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The request body as a JSON object; every way it can be bad names "body".
+
+    With ``schema`` (the operation's request body in the API document), a field
+    the document does not list is refused, naming it: a misspelt option must
+    not be silently ignored.
+    """
     try:
         raw = request.body
     except RequestDataTooBig as exc:
@@ -172,7 +177,17 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     where = first_unencodable(value)
     if where is not None:
         raise ApiError(400, f"{where} holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text", where)
+    if schema is not None:
+        refuse_unknown_fields(value, schema)
     return value
+
+
+def refuse_unknown_fields(value: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    known = schema.get("properties") or {}
+    unknown = sorted(str(key) for key in value if key not in known)
+    if unknown:
+        raise ApiError(400, f"unknown field {unknown[0]!r}; this request takes {', '.join(known) or 'no fields'}",
+                       unknown[0])
 
 
 def _refuse_constant(name: str) -> Any:

@@ -16,8 +16,11 @@ from typing import Any
 from django.db import models
 from django.urls import URLPattern, URLResolver
 
-from contextlab.engine.profile import BOUNDS, POLICIES
+from contextlab import providers
+from contextlab.engine.messages import ROLES
+from contextlab.engine.profile import BOUNDS, POLICIES, known_timezones
 from contextlab.engine.trace import OUTCOMES
+from contextlab.insights.services import MAX_QUERY_CHARS, MAX_RECALL_LIMIT
 from contextlab.sessions.models import (
     LIST_KNOBS,
     PROFILE_KNOBS,
@@ -26,6 +29,7 @@ from contextlab.sessions.models import (
     CompactionRun,
     SessionMessage,
 )
+from contextlab.sessions.services.inputs import MAX_INSTRUCTION_LENGTH, MAX_TITLE_LENGTH
 
 
 def _enum(values: Any) -> dict[str, Any]:
@@ -49,6 +53,11 @@ def _knob_schema(name: str) -> dict[str, Any]:
             schema["enum"] = [value for value, _ in field.choices]
         if getattr(field, "max_length", None):
             schema["maxLength"] = field.max_length
+    if name == "timezone":
+        return _ref("Timezone")  # some 600 names: listed once, in components
+    if name == "compaction_provider":
+        # Users choose among the providers the operator lists ("" is none).
+        schema["enum"] = ["", *sorted(providers.configured())]
     bound = BOUNDS.get(name)
     if bound is not None:
         schema.update(minimum=bound.low, maximum=bound.high)
@@ -57,7 +66,11 @@ def _knob_schema(name: str) -> dict[str, Any]:
     return schema
 
 
-KNOB_SCHEMAS: dict[str, Any] = {name: _knob_schema(name) for name in PROFILE_KNOBS}
+def knob_schemas() -> dict[str, Any]:
+    return {name: _knob_schema(name) for name in PROFILE_KNOBS}
+
+
+_STR_SCHEMA = {"type": "string"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -68,19 +81,51 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+_ERROR_TEXT = {
+    400: "Bad input: the body names the field at fault",
+    401: "Missing or invalid API token",
+    404: "No such session (or not yours), or no such turn or run",
+    409: "The session is busy: still being imported, or another request holds it",
+    413: "The body or the upload is too large",
+    422: "Well-formed but refused: profile settings breaking a rule between knobs, an unknown profile or "
+         "provider, a turn number the session does not have",
+    429: "Too many requests for this API token; retry after the seconds in Retry-After",
+    502: "The summary model's provider failed",
+    503: "The tokenizer's vocabulary is not installed on the server",
+}
+_HEADERS = {
+    401: {"WWW-Authenticate": {"schema": _STR_SCHEMA, "description": "Bearer realm=\"contextlab\""}},
+    429: {"Retry-After": {"schema": {"type": "integer", "minimum": 1}, "required": True,
+                          "description": "seconds until the token's window resets"}},
+}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
-    text = {
-        400: "Bad input: the body names the field at fault",
-        401: "Missing or invalid API token",
-        404: "No such session (or not yours), or no such turn",
-        409: "The session is still being imported",
-        413: "The body or the upload is too large",
-        422: "Invalid profile settings",
-    }
-    return {str(code): _json(_ref("Error"), text[code]) for code in (401, *codes)}
+    """Error answers: every authenticated operation may answer 401 and 429, plus ``codes``."""
+    answers: dict[str, Any] = {}
+    for code in sorted({401, 429, *codes}):
+        answers[str(code)] = _json(_ref("Error"), _ERROR_TEXT[code])
+        if code in _HEADERS:
+            answers[str(code)]["headers"] = _HEADERS[code]
+    return answers
+
+
+def _request(schema: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def _body(properties: dict[str, Any], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A JSON request body: the server refuses a field it does not list here (400 naming the field)."""
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
 
 
 SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+
+# The most rows one page of a list holds.
+MAX_PAGE = 200
 
 _INT = {"type": "integer"}
 # Ids, numbers and offsets a client sends: the databases store 64-bit integers.
@@ -89,6 +134,131 @@ _STR = {"type": "string"}
 _NULL_INT = {"type": "integer", "nullable": True}
 _NULL_STR = {"type": "string", "nullable": True}
 _OBJ = {"type": "object", "additionalProperties": True}
+
+# -- request bodies -----------------------------------------------------------------------
+# The views read their field names from these (``json_body(request, BODY)``), so
+# a field the document does not list is refused with a 400 naming it.
+
+_TITLE = {"type": "string", "maxLength": MAX_TITLE_LENGTH}
+_MESSAGE = {
+    "type": "object", "required": ["role"], "additionalProperties": True,
+    "properties": {"role": {"type": "string", "enum": list(ROLES)}},
+    "description": "an OpenAI chat message, an Anthropic message or an AgentScope Msg (the format is detected)",
+}
+# What the server checks of a tool definition; the rest is the provider's business.
+_TOOL = {
+    "type": "object", "required": ["function"], "additionalProperties": True,
+    "properties": {"type": {**_STR, "enum": ["function"]}, "function": {"type": "object", "required": ["name"], "additionalProperties": True,
+                                              "properties": {"name": _STR}}},
+}
+SESSION_CREATE = _body({
+    "system_prompt": _STR,
+    "title": _TITLE,
+    "profile": {"oneOf": [{**_INT64, "minimum": 1}, {**_STR, "minLength": 1}, _ref("InlineProfile")],
+                "description": "a profile id or name, or settings for a new profile; "
+                               "default: your profile named 'default'"},
+}, required=("system_prompt",))
+MESSAGES_APPEND = _body({"messages": {"type": "array", "items": _MESSAGE}}, required=("messages",))
+PREPARE = _body({
+    "tools": {"type": "array", "items": _TOOL, "nullable": True},
+    "response_format": {**_OBJ, "nullable": True},
+})
+# A provider's usage object: counts (never negative) and nested objects of details.
+_USAGE = {"type": "object", "minProperties": 1, "additionalProperties": {
+    "nullable": True, "anyOf": [{"type": "number", "minimum": 0}, {"type": "object"}]}}
+USAGE_REPORT = _body({"turn": {**_INT64, "minimum": 1}, "usage": _USAGE}, required=("turn", "usage"))
+COMPACT = _body({
+    "instruction": {**_NULL_STR, "maxLength": MAX_INSTRUCTION_LENGTH},
+    "preview": {"type": "boolean", "default": False},
+    "background": {"type": "boolean", "default": False,
+                   "description": "answer 202 at once and run it as a background job; "
+                                  "follow it with GET /sessions/{id}/runs/{run_id}"},
+})
+RECALL = _body({
+    # Not blank: a query of spaces finds nothing.
+    "query": {**_STR, "minLength": 1, "maxLength": MAX_QUERY_CHARS, "pattern": r"\S"},
+    "limit": {**_INT, "minimum": 1, "maximum": MAX_RECALL_LIMIT, "default": 10},
+    "inject": {"type": "boolean", "default": False},
+})
+RECALL["required"] = ["query"]
+# Examples of requests that succeed: a reader's starting point, and the
+# fuzzer's examples phase sends each of them.
+SESSION_CREATE["example"] = {"system_prompt": "You are a careful coding agent.", "title": "Fix the nightly build"}
+MESSAGES_APPEND["example"] = {"messages": [
+    {"role": "user", "content": "Build t1 and report the errors in /srv/app/t1.log"},
+    {"role": "assistant", "content": "Building t1.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "run_shell", "arguments": "{\"command\": \"make t1\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "[t1] step 0001: compiled module_01.c in 2 ms"},
+]}
+PREPARE["example"] = {"tools": [{"type": "function", "function": {
+    "name": "run_shell", "description": "Run a shell command",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]}
+USAGE_REPORT["example"] = {"turn": 1, "usage": {"prompt_tokens": 1234, "completion_tokens": 56}}
+COMPACT["example"] = {"instruction": "Keep the target names.", "preview": False, "background": False}
+RECALL["example"] = {"query": "make t1", "limit": 5, "inject": False}
+# The import form's fields; "background" takes these spellings of yes and no.
+IMPORT_FORM = _body({
+    "file": {"type": "string", "format": "binary"},
+    "profile": {**_STR, "description": "profile id or name; empty: your profile named 'default'"},
+    "title": _TITLE,
+    "background": {**_STR, "enum": ["1", "true", "yes", "0", "false", "no"],
+                   "description": "replay as a background job (202)"},
+}, required=("file",))
+YES = ("1", "true", "yes")
+NO = ("0", "false", "no")
+PROFILE_NAME = {**_STR, "minLength": 1, "maxLength": 100, "pattern": r"\S"}
+
+
+def _profile_body(*, name_required: bool) -> dict[str, Any]:
+    if name_required:
+        return _body({"name": PROFILE_NAME, **knob_schemas()}, required=("name",))
+    # Inline in a new session, an empty name asks the server to make one up.
+    name = {**PROFILE_NAME, "minLength": 0, "pattern": r"^$|\S", "description": "empty: a generated name"}
+    return _body({"name": name, **knob_schemas()})
+
+
+def _schemas() -> dict[str, Any]:
+    return {**SCHEMAS, **_profile_schemas()}
+
+
+def _answer(properties: dict[str, Any], *, closed: bool = True) -> dict[str, Any]:
+    """An object the server answers: every key always present; ``closed``: and no other key.
+
+    Objects other schemas extend with ``allOf`` stay open, or the extension
+    could not add its keys.
+    """
+    schema: dict[str, Any] = {"type": "object", "required": list(properties), "properties": properties}
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def _profile_schemas() -> dict[str, Any]:
+    """The profile's schemas: built per document, as the operator's provider list is a setting."""
+    knobs = knob_schemas()
+    return {
+        "Profile": {
+            "type": "object",
+            "description": "every knob of the profile, plus the derived threshold and reserve",
+            "required": ["id", "name", *PROFILE_KNOBS, "threshold", "reserve"],
+            "properties": {"id": _INT, "name": _STR, **knobs, "threshold": _INT, "reserve": _INT},
+        },
+        "ProfileSettings": {
+            "type": "object",
+            "description": "knob values (names as in Profile); omitted knobs take their defaults. Rules between "
+                           "knobs (the reserve under the threshold, old limits under recent ones, the eviction "
+                           "target under compact_ratio, a model for the openai compactor) answer 422.",
+            "additionalProperties": False,
+            "properties": knobs,
+        },
+        "Timezone": {"type": "string", "enum": sorted(known_timezones()), "maxLength": 64,
+                     "description": "an IANA zone name this server knows"},
+        "InlineProfile": {**_profile_body(name_required=False),
+                          "description": "settings for a new profile (see ProfileSettings), with an optional name"},
+        "NewProfile": {**_profile_body(name_required=True),
+                       "description": "a name and settings (see ProfileSettings)"},
+    }
+
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -101,13 +271,11 @@ SCHEMAS: dict[str, Any] = {
             "kind": {**_STR, "description": "the engine's error class, when the engine raised it"},
         },
     },
-    "Tokens": {"type": "object", "properties": {"used": _INT, "threshold": _INT, "window": _INT}},
-    "Session": {
-        "type": "object",
-        "properties": {
+    "Tokens": _answer({"used": _INT, "threshold": _INT, "window": _INT}),
+    "Session": _answer(closed=False, properties={
             "id": {"type": "string", "format": "uuid"},
             "title": _STR,
-            "profile": {"type": "object", "properties": {"id": _INT, "name": _STR}},
+            "profile": _answer({"id": _INT, "name": _STR}),
             "status": _enum(AgentSession.Status.values),
             "policy": _enum(POLICIES),
             "tokens": _ref("Tokens"),
@@ -121,32 +289,26 @@ SCHEMAS: dict[str, Any] = {
             "created": {"type": "string", "format": "date-time"},
             "last_activity": {"type": "string", "format": "date-time"},
             "url": {**_STR, "description": "the session's page in the dashboard"},
-        },
-    },
+        }),
     "SessionDetail": {
         "allOf": [
             _ref("Session"),
-            {"type": "object", "properties": {
+            _answer(closed=False, properties={
                 "system_prompt": _STR,
                 "summary": _NULL_STR,
                 "pending_tool_calls": {"type": "array", "items": _STR},
                 "latest_turn": {"allOf": [_ref("Turn")], "nullable": True},
-            }},
+            }),
         ]
     },
-    "MessageRow": {
-        "type": "object",
-        "properties": {
-            "id": _STR, "seq": _INT, "role": _STR, "tokens": _INT,
-            "status": _enum(SessionMessage.Status.values),
-            "truncated_stage": _NULL_INT, "truncated_turn": _NULL_INT, "compacted_turn": _NULL_INT,
-            "summary_version": _NULL_INT,
-            "archive": {"type": "object", "nullable": True, "properties": {"file": _STR, "line": _INT}},
-        },
-    },
-    "Turn": {
-        "type": "object",
-        "properties": {
+    "MessageRow": _answer({
+        "id": _STR, "seq": _INT, "role": _enum(ROLES), "tokens": _INT,
+        "status": _enum(SessionMessage.Status.values),
+        "truncated_stage": _NULL_INT, "truncated_turn": _NULL_INT, "compacted_turn": _NULL_INT,
+        "summary_version": _NULL_INT,
+        "archive": {**_answer({"file": _STR, "line": _NULL_INT}), "nullable": True},
+    }),
+    "Turn": _answer(closed=False, properties={
             "number": _INT,
             "trigger": {"type": "string", "enum": ["auto", "manual"]},
             "outcome": _enum(OUTCOMES),
@@ -162,8 +324,7 @@ SCHEMAS: dict[str, Any] = {
             "profile_version": {**_NULL_INT, "description": "the session profile's version this turn ran under "
                                                            "(null: recorded before profiles had versions)"},
             "created": {"type": "string", "format": "date-time"},
-        },
-    },
+        }),
     "TurnFull": {
         "allOf": [
             _ref("Turn"),
@@ -184,24 +345,18 @@ SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": True,
     },
-    "Summary": {
-        "type": "object",
-        "properties": {
-            "version": _INT, "text": _STR, "turn": _INT, "trigger": _STR, "compactor": _STR,
-            "fallback": {"type": "boolean"}, "compacted_ids": {"type": "array", "items": _STR},
-            "created": {"type": "string", "format": "date-time"},
-        },
-    },
-    "CompactionRun": {
-        "type": "object",
-        "properties": {
-            "id": _INT, "status": _enum(CompactionRun.Status.values),
-            "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
-            "created": {"type": "string", "format": "date-time"},
-            "started": {"type": "string", "format": "date-time", "nullable": True},
-            "finished": {"type": "string", "format": "date-time", "nullable": True},
-        },
-    },
+    "Summary": _answer({
+        "version": _INT, "text": _STR, "turn": _INT, "trigger": _STR, "compactor": _STR,
+        "fallback": {"type": "boolean"}, "compacted_ids": {"type": "array", "items": _STR},
+        "created": {"type": "string", "format": "date-time"},
+    }),
+    "CompactionRun": _answer({
+        "id": _INT, "status": _enum(CompactionRun.Status.values),
+        "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
+        "created": {"type": "string", "format": "date-time"},
+        "started": {"type": "string", "format": "date-time", "nullable": True},
+        "finished": {"type": "string", "format": "date-time", "nullable": True},
+    }),
     "SplitPreview": {
         "type": "object",
         "properties": {
@@ -210,29 +365,15 @@ SCHEMAS: dict[str, Any] = {
             "reserve": _INT, "notes": {"type": "array", "items": _STR},
         },
     },
-    "Profile": {
-        "type": "object",
-        "description": "every knob of the profile, plus the derived threshold and reserve",
-        "required": ["id", "name", *PROFILE_KNOBS, "threshold", "reserve"],
-        "properties": {"id": _INT, "name": _STR, **KNOB_SCHEMAS, "threshold": _INT, "reserve": _INT},
-    },
-    "Hit": {
-        "type": "object",
-        "properties": {
-            "kind": {"type": "string", "enum": ["dialog", "externalized", "tool_result", "memory"]},
-            "location": {**_STR, "description": "workspace file, with :line for the archive, offloaded "
-                                                "output and memory notes"},
-            "message_id": _NULL_STR,
-            "seq": {**_NULL_INT, "description": "the message's position in the session, when known"},
-            "snippet": _STR,
-            "score": {"type": "number"},
-        },
-    },
-    "ProfileSettings": {
-        "type": "object",
-        "description": "knob values (names as in Profile); omitted knobs take their defaults",
-        "properties": KNOB_SCHEMAS,
-    },
+    "Hit": _answer({
+        "kind": {"type": "string", "enum": ["dialog", "externalized", "tool_result", "memory"]},
+        "location": {**_STR, "description": "workspace file, with :line for the archive, offloaded "
+                                            "output and memory notes"},
+        "message_id": _NULL_STR,
+        "seq": {**_NULL_INT, "description": "the message's position in the session, when known"},
+        "snippet": _STR,
+        "score": {"type": "number"},
+    }),
 }
 
 
@@ -275,42 +416,39 @@ def _document(server_url: str) -> dict[str, Any]:
             "title": "ContextLab API",
             "version": "1",
             "description": "Feed an agent's messages in, get back the exact messages to send to the LLM "
-                           "after the pre-reasoning hook, and read every turn's trace.",
+                           "after the pre-reasoning hook, and read every turn's trace. Every refusal is "
+                           "{error, field}: a field a request body does not list, a NUL character "
+                           "(\\u0000) or a lone surrogate (\\ud800-\\udfff) in any text is refused "
+                           "with a 400 naming where it is.",
         },
         "servers": [{"url": server_url}],
         "security": [{"bearer": []}],
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                            "description": "a token from `manage.py createapitoken USERNAME`"}},
-            "schemas": SCHEMAS,
+            "schemas": _schemas(),
         },
         "paths": {
             "/sessions": {
                 "get": {
                     "summary": "Your sessions, most recently active first",
                     "parameters": [
-                        {"name": "profile", "in": "query", "schema": _INT64, "description": "only this profile id"},
+                        {"name": "profile", "in": "query", "schema": {**_INT64, "minimum": 1},
+                         "description": "only this profile id"},
                         {"name": "failed", "in": "query", "schema": {"type": "boolean"},
                          "description": "only sessions that had a failed or fallback summary"},
-                        {"name": "limit", "in": "query", "schema": {**_INT, "minimum": 1, "maximum": 200}},
+                        {"name": "limit", "in": "query", "schema": {**_INT, "minimum": 1, "maximum": MAX_PAGE}},
                         {"name": "offset", "in": "query", "schema": {**_INT64, "minimum": 0}},
                     ],
-                    "responses": {"200": _json({"type": "object", "properties": {
+                    "responses": {"200": _json({"type": "object", "required": ["sessions", "count", "limit", "offset"],
+                                                "properties": {
                         "sessions": {"type": "array", "items": _ref("Session")}, "count": _INT,
                         "limit": _INT, "offset": _INT}}), **_errors(400)},
                 },
                 "post": {
                     "summary": "Create a session",
-                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                        "type": "object", "required": ["system_prompt"],
-                        "properties": {
-                            "system_prompt": _STR,
-                            "title": _STR,
-                            "profile": {"oneOf": [_INT, _STR, _ref("ProfileSettings")],
-                                        "description": "a profile id or name, or settings for a new profile; "
-                                                       "default: your profile named 'default'"},
-                        }}}}},
-                    "responses": {"201": _json(_ref("Session"), "Created"), **_errors(400, 422)},
+                    "requestBody": _request(SESSION_CREATE),
+                    "responses": {"201": _json(_ref("Session"), "Created"), **_errors(400, 413, 422)},
                 },
             },
             "/sessions/{session_id}": {
@@ -321,13 +459,12 @@ def _document(server_url: str) -> dict[str, Any]:
                 "parameters": [SESSION_ID],
                 "post": {
                     "summary": "Append messages (OpenAI, Anthropic or AgentScope format, detected)",
-                    "description": "All or nothing. Tool results are cut when they enter the context (stage 1).",
-                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                        "type": "object", "required": ["messages"],
-                        "properties": {"messages": {"type": "array", "items": _OBJ}}}}}},
+                    "description": "All or nothing. Tool results are cut when they enter the context (stage 1). "
+                                   "Messages the detected format cannot read answer 400 naming the message.",
+                    "requestBody": _request(MESSAGES_APPEND),
                     "responses": {"201": _json({"type": "object", "properties": {
                         "appended": _INT, "messages": {"type": "array", "items": _ref("MessageRow")},
-                        "session": _ref("Session")}}, "Appended"), **_errors(400, 404, 409, 413)},
+                        "session": _ref("Session")}}, "Appended"), **_errors(400, 404, 409, 413, 422, 502, 503)},
                 },
             },
             "/sessions/{session_id}/prepare": {
@@ -336,48 +473,40 @@ def _document(server_url: str) -> dict[str, Any]:
                     "summary": "Run the pre-reasoning hook; returns the exact messages to send and the trace",
                     "description": "tools and response_format (optional, as in an OpenAI chat request) are the "
                                    "next call's tool definitions and output schema: a layer of its budget.",
-                    "requestBody": {"required": False, "content": {"application/json": {"schema": {
-                        "type": "object", "properties": {"tools": {"type": "array", "items": _OBJ},
-                                                         "response_format": _OBJ}}}}},
+                    "requestBody": _request(PREPARE, required=False),
                     "responses": {"200": _json({"type": "object", "properties": {
                         "turn": _INT, "messages": {"type": "array", "items": _OBJ}, "trace": _ref("Trace")}}),
-                        **_errors(400, 404, 409)},
+                        **_errors(400, 404, 409, 413, 422, 502, 503)},
                 },
             },
             "/sessions/{session_id}/usage": {
                 "parameters": [SESSION_ID],
                 "post": {
                     "summary": "Report the usage the provider returned for a turn's call",
-                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                        "type": "object", "required": ["turn", "usage"],
-                        "properties": {"turn": _INT, "usage": _OBJ}}}}},
+                    "requestBody": _request(USAGE_REPORT),
                     "responses": {"200": _json({"type": "object", "properties": {
                         "turn": _INT, "usage": _OBJ, "payload_tokens": _INT, "reported_prompt_tokens": _NULL_INT,
-                        "difference": _NULL_INT}}), **_errors(400, 404)},
+                        "difference": _NULL_INT}}), **_errors(400, 404, 409, 413, 422)},
                 },
             },
             "/sessions/{session_id}/compact": {
                 "parameters": [SESSION_ID],
                 "post": {
                     "summary": "Manual compaction, or its preview",
-                    "requestBody": {"content": {"application/json": {"schema": {
-                        "type": "object", "properties": {
-                            "instruction": _NULL_STR,
-                            "preview": {"type": "boolean", "default": False},
-                            "background": {"type": "boolean", "default": False,
-                                           "description": "answer 202 at once and run it as a background job; "
-                                                          "follow it with GET /sessions/{id}/runs/{run_id}"}}}}}},
+                    "requestBody": _request(COMPACT, required=False),
                     # Each branch names its keys, so an answer matches exactly one.
                     "responses": {"200": _json({"oneOf": [
                         {"type": "object", "required": ["preview"], "properties": {"preview": _ref("SplitPreview")}},
                         {"type": "object", "required": ["run", "turn", "trace"],
                          "properties": {"run": _ref("CompactionRun"), "turn": _ref("Turn"), "trace": _ref("Trace")}},
                     ]}), "202": _json({"type": "object", "properties": {"run": _ref("CompactionRun")}},
-                                      "Queued as a background job"), **_errors(400, 404, 409)},
+                                      "Queued as a background job"),
+                        **_errors(400, 404, 409, 413, 422, 502, 503)},
                 },
             },
             "/sessions/{session_id}/runs/{run_id}": {
-                "parameters": [SESSION_ID, {"name": "run_id", "in": "path", "required": True, "schema": _INT64}],
+                "parameters": [SESSION_ID, {"name": "run_id", "in": "path", "required": True,
+                                            "schema": {**_INT64, "minimum": 0}}],
                 "get": {"summary": "One compaction or import run: queued, running, done or failed",
                         "responses": {"200": _json(_ref("CompactionRun")), **_errors(404)}},
             },
@@ -385,15 +514,16 @@ def _document(server_url: str) -> dict[str, Any]:
                 "parameters": [SESSION_ID],
                 "get": {
                     "summary": "Turns in order (cursor: after)",
-                    "parameters": [{"name": "after", "in": "query", "schema": _INT64},
+                    "parameters": [{"name": "after", "in": "query", "schema": {**_INT64, "minimum": 0}},
                                    {"name": "limit", "in": "query", "schema": {**_INT, "minimum": 1,
-                                                                               "maximum": 200}}],
-                    "responses": {"200": _json({"type": "object", "properties": {
+                                                                               "maximum": MAX_PAGE}}],
+                    "responses": {"200": _json({"type": "object", "required": ["turns"], "properties": {
                         "turns": {"type": "array", "items": _ref("Turn")}}}), **_errors(400, 404)},
                 },
             },
             "/sessions/{session_id}/turns/{number}": {
-                "parameters": [SESSION_ID, {"name": "number", "in": "path", "required": True, "schema": _INT64}],
+                "parameters": [SESSION_ID, {"name": "number", "in": "path", "required": True,
+                                            "schema": {**_INT64, "minimum": 0}}],
                 "get": {"summary": "One turn with its trace and payload",
                         "responses": {"200": _json(_ref("TurnFull")), **_errors(404)}},
             },
@@ -412,11 +542,7 @@ def _document(server_url: str) -> dict[str, Any]:
                                    "memory notes (BM25, a verbatim match counts double). With inject, the hits "
                                    "are appended as one user message named 'recollection' whose text starts with "
                                    "'[recollection', so the next prepare sends them as recalled material.",
-                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                        "type": "object", "required": ["query"],
-                        "properties": {"query": {**_STR, "maxLength": 1000},
-                                       "limit": {**_INT, "minimum": 1, "maximum": 50, "default": 10},
-                                       "inject": {"type": "boolean", "default": False}}}}}},
+                    "requestBody": _request(RECALL),
                     "responses": {
                         "200": _json({"type": "object", "properties": {
                             "query": _STR, "hits": {"type": "array", "items": _ref("Hit")},
@@ -426,42 +552,38 @@ def _document(server_url: str) -> dict[str, Any]:
                             "injected": {"type": "object", "properties": {"message": _ref("MessageRow"),
                                                                           "text": _STR}},
                             "session": _ref("Session")}}, "Searched, and the recollection appended"),
-                        **_errors(400, 404, 409)},
+                        **_errors(400, 404, 409, 413, 503)},
                 },
             },
             "/sessions/{session_id}/export": {
                 "parameters": [SESSION_ID],
                 "get": {"summary": "The session as a zip bundle (import it with POST /imports)",
                         "responses": {"200": {"description": "zip", "content": {"application/zip": {
-                            "schema": {"type": "string", "format": "binary"}}}}, **_errors(404)}},
+                            "schema": {"type": "string", "format": "binary"}}},
+                            "headers": {"Content-Disposition": {"schema": _STR, "required": True,
+                                                                "description": "attachment; filename=..."}}},
+                            **_errors(404, 409)}},
             },
             "/imports": {
                 "post": {
                     "summary": "Import a recorded transcript (replayed turn by turn), a session bundle, "
                                "or a zip of a CoPaw workspace or of recorded requests (observed)",
-                    "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-                        "type": "object", "required": ["file"],
-                        "properties": {"file": {"type": "string", "format": "binary"},
-                                       "profile": {**_STR, "description": "profile id or name"},
-                                       "title": _STR,
-                                       "background": {**_STR, "enum": ["1", "true", "yes"],
-                                                      "description": "replay as a background job (202)"}}}}}},
+                    "description": "A file no importer reads answers 400 naming the file.",
+                    "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": IMPORT_FORM}}},
                     "responses": {"201": _json(_ref("Session"), "Imported"),
                                   "202": _json({"allOf": [_ref("Session"), {"type": "object", "properties": {
                                       "run": _ref("CompactionRun")}}]}, "Importing in the background"),
-                                  **_errors(400, 413, 422)},
+                                  **_errors(400, 413, 422, 502, 503)},
                 },
             },
             "/profiles": {
                 "get": {"summary": "Your profiles",
-                        "responses": {"200": _json({"type": "object", "properties": {
+                        "responses": {"200": _json({"type": "object", "required": ["profiles"], "properties": {
                             "profiles": {"type": "array", "items": _ref("Profile")}}}), **_errors()}},
                 "post": {
                     "summary": "Create a profile",
-                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                        "allOf": [_ref("ProfileSettings"),
-                                  {"type": "object", "required": ["name"], "properties": {"name": _STR}}]}}}},
-                    "responses": {"201": _json(_ref("Profile"), "Created"), **_errors(400, 422)},
+                    "requestBody": _request(_ref("NewProfile")),
+                    "responses": {"201": _json(_ref("Profile"), "Created"), **_errors(400, 413, 422)},
                 },
             },
             "/openapi.json": {

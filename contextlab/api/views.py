@@ -16,12 +16,22 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from contextlab.api.decorators import ApiError, ApiRequest, authorize, error, json_body, require_methods
-from contextlab.api.openapi import schema
+from contextlab.api.openapi import (
+    COMPACT,
+    IMPORT_FORM,
+    MAX_PAGE,
+    MESSAGES_APPEND,
+    NO,
+    PREPARE,
+    SESSION_CREATE,
+    USAGE_REPORT,
+    YES,
+    schema,
+)
 from contextlab.engine.errors import InvalidProfile
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession, Turn
 
-MAX_PAGE = 200
 # The largest integer SQLite and PostgreSQL (bigint) store: a bigger one in a
 # query is a client's error, not a database error.
 MAX_DB_INT = 2**63 - 1
@@ -39,7 +49,7 @@ def _session(request: ApiRequest, session_id: UUID) -> AgentSession:
 
 def _int_param(request: HttpRequest, name: str, default: int, *, low: int = 0, high: int = MAX_DB_INT) -> int:
     raw = request.GET.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     try:
         value = int(raw)
@@ -50,6 +60,15 @@ def _int_param(request: HttpRequest, name: str, default: int, *, low: int = 0, h
     if value < low and high == MAX_DB_INT:
         raise ApiError(400, f"{name} must be ≥ {low}", name)
     raise ApiError(400, f"{name} must be between {low} and {high}", name)
+
+
+def _bool_param(request: HttpRequest, name: str) -> bool:
+    raw = request.GET.get(name)
+    if raw is None:
+        return False
+    if raw not in ("true", "false"):
+        raise ApiError(400, f"{name} must be true or false", name)
+    return raw == "true"
 
 
 def _nul_at(value: Any, path: str) -> str | None:
@@ -80,8 +99,6 @@ def _refuse_nul(value: Any, field: str) -> None:
 
 def _optional_str(body: dict[str, Any], name: str, default: str = "") -> str:
     value = body.get(name, default)
-    if value is None:
-        return default
     if not isinstance(value, str):
         raise ApiError(400, f"{name} must be a string", name)
     return value
@@ -96,8 +113,8 @@ def _optional_str(body: dict[str, Any], name: str, default: str = "") -> str:
 def sessions(request: ApiRequest) -> HttpResponse:
     if request.method == "POST":
         return _session_create(request)
-    profile_id = _int_param(request, "profile", 0, low=0) or None
-    failed = request.GET.get("failed", "") in ("1", "true", "yes")
+    profile_id = _int_param(request, "profile", 0, low=1) or None
+    failed = _bool_param(request, "failed")
     limit = _int_param(request, "limit", 50, low=1, high=MAX_PAGE)
     offset = _int_param(request, "offset", 0)
     qs = AgentSession.objects.filter(owner=request.user).listed(profile_id=profile_id, failed=failed)
@@ -107,12 +124,18 @@ def sessions(request: ApiRequest) -> HttpResponse:
 
 
 def _session_create(request: ApiRequest) -> HttpResponse:
-    body = json_body(request)
+    body = json_body(request, SESSION_CREATE)
     if "system_prompt" not in body:
         raise ApiError(400, "system_prompt is required (it may be empty)", "system_prompt")
     profile = None
-    if body.get("profile") is not None:
+    if "profile" in body:
+        if body["profile"] is None:
+            raise ApiError(400, "profile must be a profile id, a profile name or an object of settings; "
+                                "leave it out for your profile named 'default'", "profile")
         _refuse_nul(body["profile"], "profile")
+        ref = body["profile"]
+        if isinstance(ref, dict) and not isinstance(ref.get("name", ""), str):
+            raise ApiError(400, "profile.name must be a string (empty: a generated name)", "profile.name")
         try:
             profile = services.profile_resolve(owner=request.user, ref=body["profile"], change_source="api")
         except InvalidProfile as exc:
@@ -143,7 +166,7 @@ def session_detail(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @authorize
 def session_messages(request: ApiRequest, session_id: UUID) -> HttpResponse:
     session = _session(request, session_id)
-    body = json_body(request)
+    body = json_body(request, MESSAGES_APPEND)
     if "messages" not in body:
         raise ApiError(400, "messages is required: a list of OpenAI, Anthropic or AgentScope messages", "messages")
     rows = services.messages_append(session=session, messages=body["messages"])
@@ -157,7 +180,7 @@ def session_messages(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @authorize
 def session_prepare(request: ApiRequest, session_id: UUID) -> HttpResponse:
     session = _session(request, session_id)
-    body = json_body(request)
+    body = json_body(request, PREPARE)
     # The call's tool definitions and response format, when the client sends them,
     # are a layer of its budget (they are billed as prompt tokens).
     schemas = (body.get("tools"), body.get("response_format")) \
@@ -171,15 +194,18 @@ def session_prepare(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @authorize
 def session_usage(request: ApiRequest, session_id: UUID) -> HttpResponse:
     session = _session(request, session_id)
-    body = json_body(request)
+    body = json_body(request, USAGE_REPORT)
     number = body.get("turn")
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_DB_INT:
         raise ApiError(400, "turn must be the number of a turn (from the prepare answer)", "turn")
+    if not isinstance(body.get("usage"), dict):
+        raise ApiError(400, "usage must be the usage object the provider returned", "usage")
     _refuse_nul(body.get("usage"), "usage")
     try:
         turn = services.usage_report(session=session, turn_number=number, usage=body.get("usage"))
     except Turn.DoesNotExist as exc:
-        raise ApiError(404, f"the session has no turn {number}", "turn") from exc
+        # 422, not 404: the session (the URL) exists; the body names a turn it does not have.
+        raise ApiError(422, f"the session has no turn {number}", "turn") from exc
     reported = services.reported_prompt_tokens(turn.usage)
     return JsonResponse({
         "turn": turn.number,
@@ -195,18 +221,20 @@ def session_usage(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @authorize
 def session_compact(request: ApiRequest, session_id: UUID) -> HttpResponse:
     session = _session(request, session_id)
-    body = json_body(request)
+    body = json_body(request, COMPACT)
+    # Every field is checked before anything runs: a preview with a bad
+    # "background" is a bad request too.
     preview = body.get("preview", False)
     if not isinstance(preview, bool):
         raise ApiError(400, "preview must be true or false", "preview")
-    if preview:
-        return JsonResponse({"preview": services.compaction_preview(session=session)})
     instruction = body.get("instruction")
     if instruction is not None and not isinstance(instruction, str):
         raise ApiError(400, "instruction must be a string", "instruction")
     background = body.get("background", False)
     if not isinstance(background, bool):
         raise ApiError(400, "background must be true or false", "background")
+    if preview:
+        return JsonResponse({"preview": services.compaction_preview(session=session)})
     if background:
         # Answered at once; the run row (GET .../runs/<id>) and the session's
         # websocket say how it goes.
@@ -277,15 +305,22 @@ def session_export(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @require_methods("POST")
 @authorize
 def imports(request: ApiRequest) -> HttpResponse:
+    fields = IMPORT_FORM["properties"]
+    unknown = sorted(name for name in [*request.POST, *request.FILES] if name not in fields)
+    if unknown:
+        raise ApiError(400, f"unknown form field {unknown[0]!r}; this form takes {', '.join(fields)}", unknown[0])
     upload = request.FILES.get("file")
-    if upload is None:
+    if upload is None or "file" in request.POST:
         raise ApiError(400, "send the transcript as a multipart form field named 'file'", "file")
+    background = request.POST.get("background", "no")
+    if background not in (*YES, *NO):
+        raise ApiError(400, f"background must be one of {', '.join((*YES, *NO))}", "background")
     profile = None
     _refuse_nul(dict(request.POST.items()), "")
     if request.POST.get("profile"):
         profile = services.profile_resolve(owner=request.user, ref=request.POST["profile"])
     title = request.POST.get("title", "")
-    if request.POST.get("background", "") in ("1", "true", "yes"):
+    if background in YES:
         session, run = services.transcript_import_enqueue(owner=request.user, upload=upload, profile=profile,
                                                           title=title)
         if run is not None:

@@ -121,6 +121,13 @@ def guard_daphne() -> None:
         _refused = False
         _received = 0
 
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # Twisted would parse a multipart body itself (into memory, unused:
+            # Django parses it again) and answer a malformed one with a bare
+            # 400 before the application could explain it in JSON.
+            self._parsePOSTFormSubmission = False
+
         def _limit(self) -> int:
             headers = [(name.lower(), value) for name, values in self.requestHeaders.getAllRawHeaders()
                        for value in values]

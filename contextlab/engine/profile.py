@@ -68,7 +68,7 @@ TEXT_KNOBS: tuple[str, ...] = ("name", "policy", "tokenizer", "compactor", "comp
 
 
 @functools.cache
-def _timezones() -> frozenset[str]:
+def known_timezones() -> frozenset[str]:
     """The IANA zone names this machine knows ("UTC" always)."""
     return frozenset(zoneinfo.available_timezones()) | {"UTC"}
 
@@ -144,7 +144,7 @@ class Profile:
                 raise InvalidProfile(f"{name} must be a string", field=name)
             if "\x00" in value or not encodable(value):
                 raise InvalidProfile(f"{name} holds a character that cannot be stored", field=name)
-        if self.timezone not in _timezones():
+        if self.timezone not in known_timezones():
             raise InvalidProfile(f"unknown timezone {self.timezone!r}; use an IANA name such as Europe/Paris or UTC",
                                  field="timezone")
         if self.policy not in POLICIES:

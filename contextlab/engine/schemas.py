@@ -49,7 +49,8 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         raise MalformedInput("tools must be a list of tool definitions", field="tools")
     for index, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+                or tool.get("type", "function") != "function":
             raise MalformedInput("each tool must be {\"type\": \"function\", \"function\": {\"name\": …}}",
                                  field=f"tools[{index}]")
     return list(tools)

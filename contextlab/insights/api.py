@@ -10,6 +10,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from contextlab.api.decorators import ApiError, ApiRequest, authorize, json_body, require_methods
+from contextlab.api.openapi import RECALL
 from contextlab.insights import services
 from contextlab.sessions.models import AgentSession
 
@@ -32,8 +33,6 @@ def _recall_body(body: dict[str, Any]) -> tuple[str, int, bool]:
         raise ApiError(400, f"query is longer than {services.MAX_QUERY_CHARS:,} characters", "query")
     limit = body.get("limit", DEFAULT_LIMIT)
     # bool is an int in Python; `"limit": true` is a mistake, not 1.
-    if limit is None:
-        limit = DEFAULT_LIMIT
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= services.MAX_RECALL_LIMIT:
         raise ApiError(400, f"limit must be a whole number from 1 to {services.MAX_RECALL_LIMIT}", "limit")
     inject = body.get("inject", False)
@@ -47,7 +46,7 @@ def _recall_body(body: dict[str, Any]) -> tuple[str, int, bool]:
 @authorize
 def session_recall(request: ApiRequest, session_id: UUID) -> HttpResponse:
     session = _session(request, session_id)
-    query, limit, inject = _recall_body(json_body(request))
+    query, limit, inject = _recall_body(json_body(request, RECALL))
     hits = services.recall_search(session=session, query=query, limit=limit)
     rows = services.hit_rows(session, hits)
     data: dict[str, Any] = {"query": query, "hits": [{**row.hit.to_dict(), "seq": row.seq} for row in rows],

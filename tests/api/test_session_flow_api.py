@@ -64,9 +64,10 @@ def test_it_records_reported_usage(api, alice_session):
     assert api.get(f"/api/v1/sessions/{alice_session.id}/turns").json()["turns"][0]["usage"]["completion_tokens"] == 12
 
 
-def test_it_404s_usage_for_an_unknown_turn(api, alice_session):
+def test_it_refuses_usage_for_an_unknown_turn(api, alice_session):
+    # The session (the URL) exists: a 404 would tell a client it is gone.
     response = api.post(f"/api/v1/sessions/{alice_session.id}/usage", {"turn": 5, "usage": {"prompt_tokens": 1}})
-    assert response.status_code == 404
+    assert response.status_code == 422
     assert response.json()["field"] == "turn"
 
 

@@ -47,7 +47,7 @@ def test_it_lists_only_the_users_sessions(api, bob_api, alice_session):
 
 def test_it_filters_the_list(api, alice_session, small_profile):
     assert api.get("/api/v1/sessions", profile=small_profile.pk).json()["count"] == 1
-    assert api.get("/api/v1/sessions", failed="1").json()["count"] == 0
+    assert api.get("/api/v1/sessions", failed="true").json()["count"] == 0
     response = api.get("/api/v1/sessions", limit="0")
     assert response.status_code == 400
     assert response.json()["field"] == "limit"

@@ -55,3 +55,40 @@ def test_an_eviction_sessions_answers_are_in_the_documents_enums(api):
     assert {s["policy"] for s in listed} <= set(schemas["Session"]["properties"]["policy"]["enum"])
     outcomes = {t["outcome"] for t in api.get(f"/api/v1/sessions/{session['id']}/turns").json()["turns"]}
     assert outcomes <= set(schemas["Turn"]["properties"]["outcome"]["enum"])
+
+
+def test_the_document_is_valid_openapi_3(api):
+    from openapi_spec_validator import validate
+
+    validate(_document(api))  # raises on the first error
+
+
+def _validate_answer(document: dict, path: str, method: str, status: int, answer: object) -> None:
+    """Validate a real answer against the document's schema for it, as a generated client reads it."""
+    from openapi_schema_validator import OAS30Validator
+
+    schema = document["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+    # The components ride along, so every $ref resolves inside one document.
+    OAS30Validator({**schema, "components": document["components"]}).validate(answer)
+
+
+def test_an_account_with_an_eviction_session_lists_in_the_documents_shape(api):
+    document = _document(api)
+    profile = api.post("/api/v1/profiles", {"name": "evict", "policy": "eviction", "max_input_length": 4_000,
+                                            "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400}).json()
+    _validate_answer(document, "/profiles", "post", 201, profile)
+    session = api.post("/api/v1/sessions", {"system_prompt": "You are careful.", "profile": profile["id"]}).json()
+    api.post("/api/v1/sessions", {"system_prompt": "You are the copaw one.", "profile": {"policy": "copaw"}})
+    for i in range(1, 8):
+        api.post(f"/api/v1/sessions/{session['id']}/messages",
+                 {"messages": [*([answer(i - 1)] if i > 1 else []), *tool_turn(i, output_bytes=1_200)]})
+        api.post(f"/api/v1/sessions/{session['id']}/prepare")
+    turns = api.get(f"/api/v1/sessions/{session['id']}/turns").json()
+    assert "evicted" in {t["outcome"] for t in turns["turns"]}
+    _validate_answer(document, "/sessions/{session_id}/turns", "get", 200, turns)
+    listed = api.get("/api/v1/sessions").json()
+    assert {s["policy"] for s in listed["sessions"]} == {"eviction", "copaw"}
+    _validate_answer(document, "/sessions", "get", 200, listed)
+    detail = api.get(f"/api/v1/sessions/{session['id']}").json()
+    _validate_answer(document, "/sessions/{session_id}", "get", 200, detail)
+    _validate_answer(document, "/profiles", "get", 200, api.get("/api/v1/profiles").json())
