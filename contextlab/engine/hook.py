@@ -21,7 +21,7 @@ import json
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +110,17 @@ class TurnResult:
     payload: list[Message]
     trace: TurnTrace
     summary_message: Message | None = None
+    # The payload in OpenAI's form, converted once: a caller sends it upstream
+    # and stores it, and converting costs a pass over every live message.
+    _openai: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def openai_messages(self) -> list[dict[str, Any]]:
+        """The payload as OpenAI chat messages (a new list; its message dicts are shared, do not change them)."""
         from contextlab.engine.convert.openai import to_openai
 
-        return to_openai(self.payload)
+        if self._openai is None:
+            self._openai = to_openai(self.payload)
+        return list(self._openai)
 
 
 def shorten_arguments(value: Any, *, limit: int, file: str) -> Any:

@@ -53,6 +53,9 @@ MAX_KEY_LENGTH = 300
 # task, bounded so a key reused thousands of times does not slow every call.
 MAX_CANDIDATES = 20
 TITLE_CHARS = 80
+# Conversations whose last request this process keeps, to digest only their new
+# messages: each holds references to one request's messages (bounded memory).
+known_digests = history.PrefixDigests(size=64)
 
 
 class GatewayError(Exception):
@@ -223,9 +226,9 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
             raise InvalidMessages("messages must be a non-empty list of chat messages", field="messages")
         exchange.client_messages = len(messages)
         system_messages, rest = history.split_system(messages)
-        digests = [history.digest(m) for m in rest]
         system = history.system_prompt(system_messages)
         key, kind = _key(profile, provider, session_header, system, rest)
+        digests = known_digests.digests((owner.pk, profile.pk, key), rest)
         exchange.key, exchange.kind, exchange.digests, exchange.rest = key, kind, digests, rest
         with transaction.atomic():
             gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
@@ -357,9 +360,15 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
     if fitting:
         best = max(fitting, key=lambda c: (len(c.history), c.updated))
         # Lock order everywhere: the gateway row, then the session row (the services' own lock).
+        # Another call may have moved the session on while this one looked: the
+        # row as read is still good when its last change is the one read (the
+        # history column, which grows with the session, is not read twice).
+        updated = (GatewaySession.objects.select_for_update(of=("self",)).filter(pk=best.pk)
+                   .values_list("updated", flat=True).first())
+        if updated == best.updated:
+            return best, "continued", None
         locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
                   .defer("session__engine_state").get(pk=best.pk))
-        # Another call may have moved the session on while this one looked.
         if history.continues(locked.history, digests):
             return locked, "continued", None
     for candidate in candidates if retry else []:
@@ -481,7 +490,8 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
 
 
 def _locked_row(session_id: Any) -> GatewaySession:
-    return GatewaySession.objects.select_for_update(of=("self",)).select_related("session").get(pk=session_id)
+    return (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
+            .defer("session__engine_state").get(pk=session_id))
 
 
 def _earlier_attempt(exchange: Exchange) -> GatewaySession | None:

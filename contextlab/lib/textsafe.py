@@ -16,6 +16,9 @@ from typing import Any
 from contextlab.engine.ansi import ANSI_ESCAPE as _ANSI
 from contextlab.engine.unicode import repaired
 
+# JSON text that may decode to a lone surrogate: a \ud800-\udfff escape (JSON
+# spells \u in lower case; the hex digits may be either) or the character itself.
+_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
 # Control characters other than tab, newline and carriage return; shown as a
 # visible placeholder so a reader knows something was there.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -77,4 +80,10 @@ class RepairingJSONDecoder(json.JSONDecoder):
     """
 
     def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
-        return repaired(super().decode(s, *args, **kwargs))
+        value = super().decode(s, *args, **kwargs)
+        # A lone surrogate can only come from a \ud800-\udfff escape (or the
+        # character itself): a column without either needs no walk over every
+        # string, which for a large column costs more than decoding it.
+        if _MAYBE_SURROGATE.search(s) is None:
+            return value
+        return repaired(value)

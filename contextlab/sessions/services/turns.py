@@ -335,7 +335,9 @@ def usage_report(*, session: AgentSession, turn_number: int, usage: Any) -> Turn
         if isinstance(value, int | float) and value < 0:
             raise MalformedInput(f"usage.{key} must not be negative", field=f"usage.{key}")
     with transaction.atomic():
-        turn = Turn.objects.select_for_update().get(session=session, number=turn_number)
+        # Only the usage: the payload and trace columns grow with the session.
+        turn = Turn.objects.select_for_update().only("id", "session_id", "number", "usage").get(
+            session=session, number=turn_number)
         turn.usage = usage
         turn.save(update_fields=["usage"])
     return turn
