@@ -230,35 +230,50 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
         key, kind = _key(profile, provider, session_header, system, rest)
         digests = known_digests.digests((owner.pk, profile.pk, key), rest)
         exchange.key, exchange.kind, exchange.digests, exchange.rest = key, kind, digests, rest
-        with transaction.atomic():
-            gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
-                                                                     digests, retry=retry)
-            session = gateway.session if gateway is not None else sessions.session_new(
-                owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
-            exchange.session = session
-            stage = "hook"
-            repeat = None
-            if gateway is not None and exchange.identity == "repeated":
-                repeat = sessions.session_repeat_pending(session=session)
-                if repeat is None:
-                    # What the request leaves out is not a reply the gateway recorded: a fork after all.
-                    exchange.identity, exchange.forked_from, gateway = "forked", session, None
-                    session = sessions.session_new(owner=owner, system_prompt=system, profile=profile,
-                                                   title=_title(kind, key, rest))
-                    exchange.session = session
-            exchange.history_length = len(gateway.history) if gateway is not None else 0
-            exchange.matched = min(exchange.history_length, len(digests))
-            new = rest[exchange.matched:]
-            # Tool definitions and a structured-output schema are billed as prompt
-            # tokens: the engine counts them as a layer of this call's budget.
-            pending = repeat or sessions.session_advance_pending(
-                session=session, messages=new, system_prompt=system,
-                request_schemas=(body.get("tools"), body.get("response_format")))
-            exchange.pending = pending
-            if pending.committed:
-                # The hook compacted and its turn is written now: the ingested
-                # history goes with it, in the same transaction.
-                _history_save(exchange, gateway, digests)
+        def advance(*, defer_summary: bool = False) -> tuple[sessions.PendingTurn, GatewaySession | None]:
+            """Find the session and run the hook on what is new, in one short transaction."""
+            nonlocal stage
+            stage = "identity"
+            with transaction.atomic():
+                gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
+                                                                         digests, retry=retry)
+                session = gateway.session if gateway is not None else sessions.session_new(
+                    owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
+                exchange.session = session
+                stage = "hook"
+                repeat = None
+                if gateway is not None and exchange.identity == "repeated":
+                    repeat = sessions.session_repeat_pending(session=session)
+                    if repeat is None:
+                        # What the request leaves out is not a reply the gateway recorded: a fork after all.
+                        exchange.identity, exchange.forked_from, gateway = "forked", session, None
+                        session = sessions.session_new(owner=owner, system_prompt=system, profile=profile,
+                                                       title=_title(kind, key, rest))
+                        exchange.session = session
+                exchange.history_length = len(gateway.history) if gateway is not None else 0
+                exchange.matched = min(exchange.history_length, len(digests))
+                # Tool definitions and a structured-output schema are billed as prompt
+                # tokens: the engine counts them as a layer of this call's budget.
+                pending = repeat or sessions.session_advance_pending(
+                    session=session, messages=rest[exchange.matched:], system_prompt=system,
+                    request_schemas=(body.get("tools"), body.get("response_format")),
+                    stage_summary=True, defer_summary=defer_summary)
+                exchange.pending = pending
+                if pending.committed:
+                    # The hook compacted and its turn is written now: the ingested
+                    # history goes with it, in the same transaction.
+                    _history_save(exchange, gateway, digests)
+            return pending, gateway
+
+        pending, gateway = advance()
+        if pending.plan is not None:
+            # The hook must summarise first: the summary model is called with no
+            # transaction open and no lock held, then the turn is written at once.
+            pending = _summarised(exchange, pending, gateway)
+            if pending.plan is not None or not pending.committed:
+                # The session moved during the call: this turn keeps every message.
+                pending, gateway = advance(defer_summary=True)
+        new = rest[exchange.matched:]
         payload, trace = pending.payload, pending.trace
         exchange.new = len(new)
         exchange.turn = int(trace["turn"])
@@ -286,6 +301,30 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
         _forget_unsaved(exchange)
     exchange.prepare_ms = (time.perf_counter() - start) * 1000
     return exchange
+
+
+def _summarised(exchange: Exchange, pending: sessions.PendingTurn,
+                gateway: GatewaySession | None) -> sessions.PendingTurn:
+    """Ask the summary model a staged turn's question holding nothing, then write the turn
+    (and the ingested history with it) in one short transaction with a version check."""
+    assert pending.plan is not None
+    try:
+        planned = pending.manager.summarize_plan(pending.plan, pending.compactor)
+    except BaseException:
+        # A bug, not an answer: later turns of the session must not wait for the lease.
+        if not pending.session._state.adding:
+            AgentSession.objects.filter(pk=pending.session.pk).update(summary_call_until=None)
+        raise
+    with transaction.atomic():
+        # The gateway row first, then the session row: the lock order of every call.
+        locked = None if gateway is None else _locked_row(gateway.pk)
+        if locked is not None and len(locked.history) != exchange.history_length:
+            AgentSession.objects.filter(pk=pending.session.pk).update(summary_call_until=None)
+            return pending
+        if sessions.pending_turn_apply_plan(pending=pending, planned=planned):
+            exchange.session = pending.session
+            _history_save(exchange, locked, exchange.digests)
+    return pending
 
 
 def _unmanaged(provider: UpstreamProvider, body: dict[str, Any]) -> dict[str, Any]:

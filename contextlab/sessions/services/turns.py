@@ -12,10 +12,12 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from contextlab.engine.compactors.base import Compactor
 from contextlab.engine.convert import from_openai
 from contextlab.engine.errors import MalformedInput
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message
+from contextlab.engine.staged import CompactionPlan, PlannedSummary, StalePlan
 from contextlab.sessions.models import (
     AgentProfile,
     AgentSession,
@@ -37,7 +39,7 @@ from contextlab.sessions.services.persistence import (
     persist_step,
 )
 from contextlab.sessions.services.profiles import profile_default
-from contextlab.sessions.services.summary_calls import hook_turn
+from contextlab.sessions.services.summary_calls import calls_the_network, hook_turn, lease_active, lease_until
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,11 @@ class PendingTurn:
     # A repeat: the turn whose payload goes upstream again, and the reply it replaces.
     repeated: Turn | None = None
     retracted: list[str] = field(default_factory=list)
+    # Staged (``stage_summary``): the turn needs a summary first. Nothing is
+    # computed yet (``result`` is None); the caller asks ``compactor`` the plan's
+    # question holding nothing, then ``pending_turn_apply_plan`` runs the turn.
+    plan: CompactionPlan | None = None
+    compactor: Compactor | None = None
 
     @property
     def payload(self) -> list[dict[str, Any]]:
@@ -212,7 +219,8 @@ def session_new(*, owner: User, system_prompt: str, profile: AgentProfile, title
 
 def session_advance_pending(*, session: AgentSession, messages: list[dict[str, Any]],
                             system_prompt: str | None = None,
-                            request_schemas: tuple[Any, Any] | None = None) -> PendingTurn:
+                            request_schemas: tuple[Any, Any] | None = None,
+                            stage_summary: bool = False, defer_summary: bool = False) -> PendingTurn:
     """``session_advance`` without the write: the payload now, the turn once ``pending_turn_commit`` runs.
 
     ``session`` may be new (``session_new``). Call it inside the caller's
@@ -220,6 +228,12 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
     has already written the summary's archive lines, and a later load would cut
     them back as a turn that never saved, so that turn is written at once
     (``committed``).
+
+    ``stage_summary``: a turn that would call the summary model over the
+    network is only planned (``plan``), and the session gets a lease so other
+    turns meanwhile keep every message instead of calling it too; the caller
+    makes the call outside its transaction and finishes with
+    ``pending_turn_apply_plan``. ``defer_summary``: keep every message this turn.
     """
     if messages:
         check_raw_messages(messages)
@@ -245,7 +259,19 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             parsed = from_openai(messages, known_calls=manager.call_names())
             check_message_ids(parsed)
             manager.append(parsed)
-        result = manager.prepare()
+        defer_summary = defer_summary or (not new and lease_active(locked))
+        plan = (manager.plan_compaction() if stage_summary and not defer_summary and calls_the_network(manager)
+                else None)
+        if plan is not None:
+            if not new:
+                # Written now, though nothing else of the turn is: other turns of the
+                # session must not start a second summary call while this one runs.
+                AgentSession.objects.filter(pk=locked.pk).update(summary_call_until=lease_until(manager))
+            return PendingTurn(session=locked, manager=manager, result=None, messages=messages,
+                               system_prompt=system_prompt, request_schemas=request_schemas, before=before,
+                               originals={m.id: m for m in parsed}, version=version, plan=plan,
+                               compactor=manager.compactor)
+        result = manager.prepare(defer_summary=defer_summary)
         pending = PendingTurn(session=locked, manager=manager, result=result, messages=messages,
                               system_prompt=system_prompt, request_schemas=request_schemas, before=before,
                               originals={m.id: m for m in parsed},
@@ -256,6 +282,40 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             persist_step(locked, manager, before=before, originals=pending.originals, result=result)
             pending.committed = True
     return pending
+
+
+def pending_turn_apply_plan(*, pending: PendingTurn, planned: PlannedSummary) -> bool:
+    """Run a staged turn (``session_advance_pending(stage_summary=True)``) with its summary,
+    in the caller's transaction, and write it at once (``committed``), lease cleared.
+
+    False, with the lease cleared and nothing else written, when the session
+    moved since the plan (another writer got in during the summary call) or the
+    plan no longer applies: the caller prepares the turn again, keeping every
+    message (``defer_summary``), and a later turn compacts.
+    """
+    session, manager = pending.session, pending.manager
+    new = session._state.adding
+    locked = session if new else (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
+                                  .get(pk=session.pk))
+    if not new and _version(locked) != pending.version:
+        log.info("session %s moved during the summary call of a staged turn; the turn runs again", session.pk)
+        AgentSession.objects.filter(pk=locked.pk).update(summary_call_until=None)
+        return False
+    try:
+        result = manager.prepare(planned=planned)
+    except StalePlan as exc:
+        log.info("session %s: the staged turn's plan went stale (%s)", session.pk, exc.message)
+        if not new:
+            AgentSession.objects.filter(pk=locked.pk).update(summary_call_until=None)
+        return False
+    locked.summary_call_until = None
+    if pending.system_prompt is not None:
+        locked.system_prompt = manager.system_prompt
+    if new:
+        locked.save()
+    persist_step(locked, manager, before=pending.before, originals=pending.originals, result=result)
+    pending.session, pending.result, pending.plan, pending.committed = locked, result, None, True
+    return True
 
 
 def session_repeat_pending(*, session: AgentSession) -> PendingTurn | None:
