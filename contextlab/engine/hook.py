@@ -110,17 +110,19 @@ class TurnResult:
     payload: list[Message]
     trace: TurnTrace
     summary_message: Message | None = None
+    # The engine's converted forms of its messages (``to_openai``), shared by its turns.
+    openai_forms: dict[int, Any] | None = field(default=None, repr=False, compare=False)
     # The payload in OpenAI's form, converted once: a caller sends it upstream
     # and stores it, and converting costs a pass over every live message.
     _openai: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def openai_messages(self) -> list[dict[str, Any]]:
-        """The payload as OpenAI chat messages (a new list; its message dicts are shared, do not change them)."""
+        """The payload as OpenAI chat messages (a new list; what its message dicts hold is shared, do not change it)."""
         from contextlab.engine.convert.openai import to_openai
 
         if self._openai is None:
-            self._openai = to_openai(self.payload)
-        return list(self._openai)
+            self._openai = to_openai(self.payload, self.openai_forms)
+        return [dict(item) for item in self._openai]
 
 
 def shorten_arguments(value: Any, *, limit: int, file: str) -> Any:
@@ -182,6 +184,8 @@ class ContextManager:
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.system_prompt = system_prompt
         self.observer = observer
+        # Each live message's OpenAI form, kept from turn to turn (``TurnResult.openai_messages``).
+        self._openai_forms: dict[int, Any] = {}
         # A caller that saves the state in its own transaction (the web app)
         # journals the archive and calls commit() after saving; see DialogArchive.
         self.transactional = transactional
@@ -989,7 +993,7 @@ class ContextManager:
         self._added, self._changed, self._removed = [], [], []
         trace.finish()
         self.traces.append(trace)
-        return TurnResult(payload=payload, trace=trace, summary_message=summary_msg)
+        return TurnResult(payload=payload, trace=trace, summary_message=summary_msg, openai_forms=self._openai_forms)
 
     def _exact_tool_tokens(self) -> int:
         if self.counter is self.exact_counter:

@@ -372,14 +372,16 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
     if pending.retracted:
         taken_back = SessionMessage.objects.filter(session=locked, message_id__in=pending.retracted).delete()[0]
         locked.messages_count -= taken_back
-    persist_step(locked, manager, before=pending.before, originals=pending.originals, result=pending.result)
+    originals = dict(pending.originals)
     if reply:
+        # The reply joins in the same write as the turn: one state header, one
+        # version bump per call (the turn's payload was computed without it).
         check_raw_messages(reply)
         parsed = from_openai(reply, known_calls=manager.call_names())
         check_message_ids(parsed)
-        before = fate_sizes(manager)
         manager.append(parsed)
-        persist_step(locked, manager, before=before, originals={m.id: m for m in parsed})
+        originals.update((m.id, m) for m in parsed)
+    persist_step(locked, manager, before=pending.before, originals=originals, result=pending.result)
     # Written: from now on the engine is the committed state, for the next request to reuse.
     transaction.on_commit(lambda: engines.keep(locked, manager))
     return True
