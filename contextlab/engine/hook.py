@@ -1076,8 +1076,10 @@ class ContextManager:
         return self._export(history=history, messages=True)
 
     def _export(self, *, history: bool, messages: bool) -> dict[str, Any]:
-        live = {m.id for m in self.messages}
-        live_calls = {u.id for m in self.messages for u in m.tool_uses} | set(self._pending_calls)
+        live = {m.id for m in self.messages} if not history else set()
+        # Only needed to leave out the arguments of calls no longer live: none to look at, no pass.
+        live_calls = ({u.id for m in self.messages for u in m.tool_uses} | set(self._pending_calls)
+                      if not history and self._calls else set())
         # A header (messages=False) leaves fate and ledger out: not worth a pass over them.
         fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live} if messages else {}
         ledger = self.ledger if history else {k: v for k, v in self.ledger.items()
@@ -1097,11 +1099,12 @@ class ContextManager:
             # Token counts travel with the messages, so restoring a session
             # does not re-encode its whole live context.
             "messages": [self.message_form(m) for m in self.messages] if messages else [],
-            "archived_ids": list(self.archived_ids),
+            # A header (messages=False) leaves these out too: they grow with the session.
+            "archived_ids": list(self.archived_ids) if messages else [],
             "externalized": dict(self.externalized),
             "fate": fate,
             "ledger": ledger,
-            "ids": sorted(self._ids),
+            "ids": sorted(self._ids) if messages else [],
             "calls": calls,
             "archive_files": sorted(self._archive_files),
             "answered": sorted(self._answered),

@@ -469,8 +469,9 @@ def _record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any
     try:
         with transaction.atomic():
             if exchange.managed and exchange.pending is not None and answered:
-                _commit(exchange, reply)
-                if isinstance(usage, dict) and usage and exchange.turn is not None:
+                _commit(exchange, reply, _checked_usage(exchange, usage))
+                if isinstance(usage, dict) and usage and exchange.turn is not None and \
+                        not exchange.pending.usage_written:
                     _usage_report(exchange, usage)
             else:
                 # Nothing the call brought joins the session: a retry starts from the same state.
@@ -489,7 +490,17 @@ def _record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any
             return None
 
 
-def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
+def _checked_usage(exchange: Exchange, usage: Any) -> dict[str, Any] | None:
+    """The provider's usage when it can go into the turn's row as it is written; None otherwise."""
+    if not isinstance(usage, dict) or not usage:
+        return None
+    try:
+        return sessions.check_usage(usage)
+    except ContextLabError:
+        return None  # _usage_report says why, as a note on the exchange
+
+
+def _commit(exchange: Exchange, reply: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> None:
     """Write the answered call: the pending turn, the client's new messages and the provider's reply."""
     pending = exchange.pending
     assert pending is not None and exchange.session is not None
@@ -507,7 +518,7 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
             shutil.rmtree(exchange.session.workspace, ignore_errors=True)
             _commit_repeat(exchange, earlier, replies, reply_digests)
             return
-        sessions.pending_turn_commit(pending=pending, reply=replies)
+        sessions.pending_turn_commit(pending=pending, reply=replies, usage=usage)
         _history_save(exchange, None, reply_digests)
         return
     # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
@@ -522,7 +533,7 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
             return
         # Another call of the same conversation wrote meanwhile: ingest what it did not.
         pending.messages = exchange.rest[len(gateway.history):]
-    if not sessions.pending_turn_commit(pending=pending, reply=replies):
+    if not sessions.pending_turn_commit(pending=pending, reply=replies, usage=usage):
         exchange.notes.append("the session moved while the provider answered; the turn was run again")
         exchange.turn = int(AgentSession.objects.values_list("turns_count", flat=True).get(pk=exchange.session.pk))
     _history_save(exchange, gateway, reply_digests)

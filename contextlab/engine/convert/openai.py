@@ -543,8 +543,8 @@ def to_openai(messages: Sequence[Message], forms: OpenAIForms | None = None) -> 
     ``forms``: what the previous call converted (updated in place). Messages are
     immutable, so a message object converted before is not converted again:
     a payload of mostly the same live messages costs a pass of lookups, not a
-    conversion of every message. The returned dicts are copies; what they hold
-    is shared with ``forms`` and must not be changed.
+    conversion of every message. The returned dicts are then shared with
+    ``forms``: copy one before changing it.
     """
     if forms is None:
         out: list[dict[str, Any]] = []
@@ -558,7 +558,7 @@ def to_openai(messages: Sequence[Message], forms: OpenAIForms | None = None) -> 
         if entry is None or entry[0] is not msg:
             entry = (msg, message_to_openai(msg))
         seen[id(msg)] = entry
-        out.extend(dict(item) for item in entry[1])
+        out.extend(entry[1])
     # Only what this payload holds stays: the entry keeps its message alive, so its id is not reused.
     forms.clear()
     forms.update(seen)

@@ -69,6 +69,7 @@ from contextlab.sessions.services.retention import PruneResult, offloaded_prune
 from contextlab.sessions.services.runs import NEVER_STARTED, WORKER_DIED, runs_reap, runs_recover
 from contextlab.sessions.services.turns import (
     PendingTurn,
+    check_usage,
     messages_append,
     messages_append_openai,
     pending_turn_apply_plan,
@@ -87,7 +88,7 @@ from contextlab.sessions.services.turns import (
 __all__ = [
     "BUNDLE_FORMAT", "MAX_INSTRUCTION_LENGTH", "MAX_MESSAGE_ID_LENGTH", "MAX_TITLE_LENGTH", "NEVER_STARTED",
     "WORKER_DIED", "MemoryConsolidation", "PayloadTooLarge", "PendingTurn", "PruneResult", "RunInProgress", "SessionUnavailable",
-    "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run",
+    "check_usage", "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run",
     "compaction_start", "compaction_work", "memory_consolidate", "memory_consolidate_due", "memory_day_due",
     "messages_append", "messages_append_openai", "offloaded_prune", "pending_turn_apply_plan", "pending_turn_commit", "profile_create", "profile_default",
     "profile_resolve", "profile_zone", "reported_prompt_tokens", "run_announce", "runs_reap", "runs_recover",

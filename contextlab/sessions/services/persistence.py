@@ -271,7 +271,7 @@ def trace_step(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
     return {}
 
 
-def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
+def _persist_turn(session: AgentSession, result: TurnResult, usage: dict[str, Any] | None = None) -> Turn:
     trace = result.trace.to_dict()
     gate = trace_step(trace, "gate").get("numbers") or {}
     archived = (trace_step(trace, "mark_compressed").get("numbers") or {}).get("archived") or 0
@@ -292,6 +292,9 @@ def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
             "compacted_count": int(archived),
             "duration_ms": float(trace.get("duration_ms") or 0.0),
             "summary_version": int(trace["payload"].get("summary_version") or 0),
+            # Known already when the provider answered first (the gateway): written
+            # with the row, not by a second write of a row that holds the payload.
+            **({"usage": usage} if usage is not None else {}),
         },
     )
     session.tokens_used = turn.payload_tokens
@@ -348,12 +351,13 @@ def _persist_offloaded(session: AgentSession, manager: ContextManager, *, left_l
 
 
 def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapping[str, int],
-             originals: Mapping[str, Message] | None = None, result: TurnResult | None = None) -> Turn | None:
+             originals: Mapping[str, Message] | None = None, result: TurnResult | None = None,
+             usage: dict[str, Any] | None = None) -> Turn | None:
     """Write what one engine step changed: messages, turn, summaries, files, and the
     state header (never the live context as a whole)."""
     held = _held.setdefault(manager, _Held({}, {}, set()))
     left_live = _persist_messages(session, manager, before, originals or {})
-    turn = _persist_turn(session, result) if result is not None else None
+    turn = _persist_turn(session, result, usage) if result is not None else None
     new_summary = _persist_summaries(session, manager)
     _persist_offloaded(session, manager, left_live=left_live)
     if new_summary:

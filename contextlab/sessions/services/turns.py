@@ -188,6 +188,8 @@ class PendingTurn:
     # question holding nothing, then ``pending_turn_apply_plan`` runs the turn.
     plan: CompactionPlan | None = None
     compactor: Compactor | None = None
+    # ``pending_turn_commit`` wrote the provider's usage with the turn's row.
+    usage_written: bool = False
 
     @property
     def payload(self) -> list[dict[str, Any]]:
@@ -337,12 +339,17 @@ def session_repeat_pending(*, session: AgentSession) -> PendingTurn | None:
                            retracted=[reply.id])
 
 
-def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) -> bool:
+def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]],
+                        usage: dict[str, Any] | None = None) -> bool:
     """Write a pending turn and the provider's reply (OpenAI messages, possibly none) in the caller's transaction.
 
     Returns False when the session moved since the turn was computed (another
     writer got in between): then the turn is run again on the newer state, so
     nothing is lost or written twice, and the recorded payload is the new run's.
+
+    ``usage`` (checked with ``check_usage``): the provider's, written with a new
+    turn's row (``pending.usage_written`` says whether it was); a caller records
+    it with ``usage_report`` otherwise.
     """
     session = pending.session
     if pending.committed:
@@ -381,7 +388,8 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
         check_message_ids(parsed)
         manager.append(parsed)
         originals.update((m.id, m) for m in parsed)
-    persist_step(locked, manager, before=pending.before, originals=originals, result=pending.result)
+    persist_step(locked, manager, before=pending.before, originals=originals, result=pending.result, usage=usage)
+    pending.usage_written = usage is not None and pending.result is not None
     # Written: from now on the engine is the committed state, for the next request to reuse.
     transaction.on_commit(lambda: engines.keep(locked, manager))
     return True
@@ -389,13 +397,7 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
 
 def usage_report(*, session: AgentSession, turn_number: int, usage: Any) -> Turn:
     """Record what the provider billed for the call made with turn ``turn_number``'s payload."""
-    if not isinstance(usage, dict) or not usage:
-        raise MalformedInput("usage must be a non-empty object, e.g. {\"prompt_tokens\": 1234}", field="usage")
-    for key, value in usage.items():
-        if isinstance(value, bool) or not isinstance(value, int | float | dict | type(None)):
-            raise MalformedInput(f"usage.{key} must be a number or an object", field=f"usage.{key}")
-        if isinstance(value, int | float) and value < 0:
-            raise MalformedInput(f"usage.{key} must not be negative", field=f"usage.{key}")
+    check_usage(usage)
     with transaction.atomic():
         # Only the usage: the payload and trace columns grow with the session.
         turn = Turn.objects.select_for_update().only("id", "session_id", "number", "usage").get(
@@ -403,6 +405,18 @@ def usage_report(*, session: AgentSession, turn_number: int, usage: Any) -> Turn
         turn.usage = usage
         turn.save(update_fields=["usage"])
     return turn
+
+
+def check_usage(usage: Any) -> dict[str, Any]:
+    """A provider's usage object, checked (``MalformedInput`` naming the bad field)."""
+    if not isinstance(usage, dict) or not usage:
+        raise MalformedInput("usage must be a non-empty object, e.g. {\"prompt_tokens\": 1234}", field="usage")
+    for key, value in usage.items():
+        if isinstance(value, bool) or not isinstance(value, int | float | dict | type(None)):
+            raise MalformedInput(f"usage.{key} must be a number or an object", field=f"usage.{key}")
+        if isinstance(value, int | float) and value < 0:
+            raise MalformedInput(f"usage.{key} must not be negative", field=f"usage.{key}")
+    return usage
 
 
 def reported_prompt_tokens(usage: Mapping[str, Any] | None) -> int | None:
