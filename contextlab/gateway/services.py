@@ -190,6 +190,8 @@ class Exchange:
     retry: bool = False
     # The call's span when telemetry is on (``contextlab.telemetry``); ended by ``exchange_record``.
     span: Any = None
+    # The session's gateway row as the call was prepared (None for a new session).
+    gateway: GatewaySession | None = None
 
     @property
     def strips_usage(self) -> bool:
@@ -263,6 +265,7 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
                     # The hook compacted and its turn is written now: the ingested
                     # history goes with it, in the same transaction.
                     _history_save(exchange, gateway, digests)
+            exchange.gateway = gateway
             return pending, gateway
 
         pending, gateway = advance()
@@ -522,7 +525,7 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None, usage: dict[str, A
         _history_save(exchange, None, reply_digests)
         return
     # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
-    gateway = _locked_row(exchange.session.pk)
+    gateway = _relocked_row(exchange)
     if len(gateway.history) != exchange.history_length:
         if exchange.retry and pending.repeated is None and history.repeats(gateway.history, exchange.digests):
             # Another attempt of this very request was answered first.
@@ -537,6 +540,19 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None, usage: dict[str, A
         exchange.notes.append("the session moved while the provider answered; the turn was run again")
         exchange.turn = int(AgentSession.objects.values_list("turns_count", flat=True).get(pk=exchange.session.pk))
     _history_save(exchange, gateway, reply_digests)
+
+
+def _relocked_row(exchange: Exchange) -> GatewaySession:
+    """The exchange's gateway row, locked again: the one read when the call was prepared when
+    nothing wrote it since (its history, which grows with the session, is not read again)."""
+    assert exchange.session is not None
+    known = exchange.gateway
+    if known is not None and known.pk == exchange.session.pk:
+        updated = (GatewaySession.objects.select_for_update(of=("self",)).filter(pk=known.pk)
+                   .values_list("updated", flat=True).first())
+        if updated == known.updated:
+            return known
+    return _locked_row(exchange.session.pk)
 
 
 def _locked_row(session_id: Any) -> GatewaySession:
