@@ -138,6 +138,8 @@ def test_it_holds_nothing_while_a_gateway_calls_compaction_summary_runs(alice, s
     response = agent.responses[-1]
     turn = Turn.objects.get(session=session, number=int(response["X-ContextLab-Turn"]))
     assert turn.outcome == "compacted", turn.trace
+    # Written from the staged plan (the summary asked with nothing held), not under the lock.
+    assert "planned" in next(s for s in turn.trace["steps"] if s["step"] == "context_check")["details"]
     # What went upstream for the compacting call: the summary, then the newest messages.
     sent = [r.body["messages"] for r in upstream.chat_requests if r.body["messages"][-1] == agent.messages[-2]]
     assert len(sent) == 1 and any(m.get("name") == "summary" for m in sent[0])
@@ -150,3 +152,34 @@ def test_it_holds_nothing_while_a_gateway_calls_compaction_summary_runs(alice, s
     exchange = GatewayExchange.objects.order_by("-id").first()
     assert exchange.identity == "continued" and exchange.session_id == session.pk
     assert_nothing_lost(session)
+
+
+def test_it_summarises_a_new_conversation_whose_first_call_is_over_the_threshold(alice, settings):
+    with FakeLLM([Reply(SUMMARY)]) as llm, Provider(lambda body: Answer("Built.")) as upstream:
+        settings.CONTEXTLAB_PROVIDERS = llm.provider
+        profile = services.profile_create(owner=alice, name="remote", knobs={
+            "max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400,
+            "compactor": "openai", "compaction_provider": "fake", "compaction_model": "fake-model",
+            "compaction_timeout": 120.0, "compaction_retries": 0,
+        })
+        UpstreamProvider.objects.create(profile=profile, base_url=upstream.base_url, api_key="sk-up", timeout=60)
+        agent = Agent(ApiToken.issue(user=alice, name="agent")[1], "Build every target and report the errors.")
+        for step in range(1, 16):
+            agent.messages.append({"role": "assistant", "content": f"Looking at t{step}."})
+            agent.ask(f"Step {step}: here is the log of t{step}:\n{log_output(1_200, tag=f't{step}')}")
+        response = agent.call()
+
+    assert len(llm.requests) == 1
+    session = AgentSession.objects.get(pk=response["X-ContextLab-Session"])
+    assert session.summary_call_until is None
+    turn = Turn.objects.get(session=session, number=int(response["X-ContextLab-Turn"]))
+    assert turn.outcome == "compacted", turn.trace
+    # Written from the staged plan (the summary asked with nothing held), not under the lock.
+    assert "planned" in next(s for s in turn.trace["steps"] if s["step"] == "context_check")["details"]
+    assert any(m.get("name") == "summary" for m in upstream.chat_requests[-1].body["messages"])
+    assert_nothing_lost(session)
+    # The next call continues the new session.
+    agent.ask("Thanks; what is next?")
+    agent.call()
+    exchange = GatewayExchange.objects.order_by("-id").first()
+    assert exchange.identity == "continued" and exchange.session_id == session.pk
