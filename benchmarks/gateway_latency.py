@@ -1,17 +1,26 @@
-"""Latency the gateway adds to a chat completion, against calling the provider directly.
+"""Latency the gateway adds to a chat completion at 100, 1,000 and 5,000 live messages.
 
-One agent conversation grows by a user message and a reply per turn, with a
-window large enough that no compaction fires (a compaction's own LLM call
-would dwarf everything else). Every turn is sent twice, interleaved: straight
-to a local OpenAI-compatible provider, and through ContextLab's gateway served
-by Daphne (ASGI, as deployed) in front of the same provider. Both use the
-official ``openai`` client over real HTTP on 127.0.0.1; the difference is what
-the gateway adds: authentication, finding the session, ingesting the new
-message, the hook, recording the reply and usage.
+For each size, one conversation is first brought to that many messages (one
+call that ingests them all), with a window large enough that no compaction
+fires (a compaction's own LLM call would dwarf everything else). Then every
+round sends, for every size and both modes (non-streamed, streamed), the same
+request twice, in alternating order: straight to a local OpenAI-compatible
+provider, and through ContextLab's gateway served by Daphne (ASGI, as deployed)
+in front of that same provider. Each round adds a user message and the reply,
+so the conversation keeps growing by two messages a round, as an agent's does.
+Both sides use the official ``openai`` client over real HTTP on 127.0.0.1; the
+difference is what the gateway adds: authentication, parsing the body, finding
+the session, ingesting the new message, the hook, re-encoding the body for the
+provider, recording the reply and usage.
 
-Printed: p50/p95 per mode (non-streamed total; streamed time to first event and
-total), the added latency, how it grows with the session, and the gateway's own
-split of that time (from its exchange rows).
+Printed per size: p50/p95 of the direct call, the gateway call and the
+difference (non-streamed total; streamed first event and total); the gateway's
+own time on the server (parse + prepare + record, everything but the provider
+call) and its split, from the ``Server-Timing`` header of its answers, which a
+loaded machine disturbs far less than the client-side difference; and the
+floor: parsing the client's JSON body and encoding the upstream body, which any
+proxy that changes ``messages`` must do, timed here in this process on the same
+bodies.
 
 Run: ``.venv/bin/python benchmarks/gateway_latency.py`` (``--quick`` for a short run).
 """
@@ -19,24 +28,29 @@ Run: ``.venv/bin/python benchmarks/gateway_latency.py`` (``--quick`` for a short
 from __future__ import annotations
 
 import argparse
-import sqlite3
+import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import httpx2  # noqa: E402
 from openai import OpenAI  # noqa: E402
 
 from tests.gateway.provider import Answer, Provider  # noqa: E402
 from tests.gateway.servers import gateway_under_daphne  # noqa: E402
 
+SIZES = (100, 1_000, 5_000)
 SYSTEM = {"role": "system", "content": "You are a build engineer working in /srv/shop. Keep exact paths."}
 REPLY = "Checked: the target builds; the warnings in /srv/shop/build.log are unchanged. " * 3
+MS = 1000.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -44,80 +58,144 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
-def _call(client: OpenAI, messages: list[dict[str, Any]], *, stream: bool) -> tuple[float, float, str]:
-    """(seconds to the first event or the answer, seconds in total, the reply text)."""
+def conversation(size: int) -> list[dict[str, Any]]:
+    """A system prompt and ``size`` alternating user and assistant messages, distinct per size."""
+    messages: list[dict[str, Any]] = [SYSTEM]
+    for turn in range(size // 2):
+        messages.append({"role": "user", "content": f"[{size}] Turn {turn}: build target t{turn} and report."})
+        messages.append({"role": "assistant", "content": REPLY})
+    return messages
+
+
+def server_timing(headers: httpx2.Headers) -> dict[str, float]:
+    """``Server-Timing: parse;dur=0.4, prepare;dur=1.2`` as {"parse": 0.4, "prepare": 1.2} (milliseconds)."""
+    split: dict[str, float] = {}
+    for part in headers.get("server-timing", "").split(","):
+        name, _, rest = part.strip().partition(";dur=")
+        if name and rest:
+            split[name] = float(rest)
+    return split
+
+
+def call(client: OpenAI, messages: list[dict[str, Any]], *, stream: bool) -> tuple[float, float, str, dict[str, float]]:
+    """(seconds to the first event or the answer, seconds in total, the reply text, the server's split)."""
     start = time.perf_counter()
     if not stream:
-        reply = client.chat.completions.create(model="gpt-4o", messages=messages)  # type: ignore[arg-type]
+        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages)  # type: ignore[arg-type]
+        reply = raw.parse()
         elapsed = time.perf_counter() - start
-        return elapsed, elapsed, reply.choices[0].message.content or ""
+        return elapsed, elapsed, reply.choices[0].message.content or "", server_timing(raw.headers)
     first = 0.0
     text: list[str] = []
-    for chunk in client.chat.completions.create(model="gpt-4o", messages=messages,  # type: ignore[arg-type]
-                                                stream=True):
+    raw_stream = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages,  # type: ignore[arg-type]
+                                                                  stream=True)
+    for chunk in raw_stream.parse():
         if not first:
             first = time.perf_counter() - start
         text.extend(c.delta.content or "" for c in chunk.choices)
-    return first, time.perf_counter() - start, "".join(text)
+    return first, time.perf_counter() - start, "".join(text), server_timing(raw_stream.headers)
 
 
-def run(turns: int, *, stream: bool, folder: Path) -> dict[str, Any]:
+def floor_ms(messages: list[dict[str, Any]], repeats: int = 5) -> tuple[float, float]:
+    """(parse the client's body, encode the upstream body) in milliseconds, best of ``repeats``."""
+    body = {"model": "gpt-4o", "messages": messages}
+    data = json.dumps(body).encode()
+    parse, encode = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        json.loads(data)
+        parse.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        encode.append(time.perf_counter() - start)
+    return min(parse) * MS, min(encode) * MS
+
+
+def run(rounds: int, sizes: tuple[int, ...], folder: Path) -> dict[str, Any]:
+    samples: dict[tuple[int, bool], list[tuple[float, float, float, float]]] = defaultdict(list)
+    splits: dict[tuple[int, bool], list[dict[str, float]]] = defaultdict(list)
+    floors: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    conversations = {size: conversation(size) for size in sizes}
     with Provider(lambda body: Answer(REPLY)) as provider, \
-            gateway_under_daphne(folder, provider.base_url, knobs={"max_input_length": 1_000_000}) as gateway:
-        direct = OpenAI(base_url=provider.base_url, api_key="sk-direct", max_retries=0)
-        through = OpenAI(base_url=gateway.url, api_key=gateway.token, max_retries=0)
-        messages: list[dict[str, Any]] = [SYSTEM]
-        rows: list[tuple[float, float, float, float]] = []
-        for turn in range(1, turns + 1):
-            messages.append({"role": "user", "content": f"Turn {turn}: build target t{turn} and report."})
-            d_first, d_total, _ = _call(direct, messages, stream=stream)
-            g_first, g_total, text = _call(through, messages, stream=stream)
-            messages.append({"role": "assistant", "content": text})
-            rows.append((d_first, d_total, g_first, g_total))
-        with sqlite3.connect(gateway.database) as db:
-            split = db.execute("SELECT prepare_ms, upstream_ms, managed, identity, error FROM "
-                               "gateway_gatewayexchange ORDER BY id").fetchall()
-    failed = [s[4] for s in split if not s[2]]
-    if failed:
-        # Unmanaged calls skip the work being measured: the figures would be meaningless.
-        raise SystemExit(f"{len(failed)} call(s) went through unmanaged, first because: {failed[0]}")
-    return {"rows": rows, "split": split, "messages": len(messages)}
+            gateway_under_daphne(folder, provider.base_url, knobs={"max_input_length": 10_000_000}) as gateway:
+        direct = OpenAI(base_url=provider.base_url, api_key="sk-direct", max_retries=0, timeout=120)
+        through = OpenAI(base_url=gateway.url, api_key=gateway.token, max_retries=0, timeout=120)
+        for messages in conversations.values():
+            # One call brings the session to its size; a second one warms the process's engine cache.
+            for opener in ("Start.", "Go on."):
+                messages.append({"role": "user", "content": opener})
+                messages.append({"role": "assistant", "content": call(through, messages, stream=False)[2]})
+            provider.requests.clear()
+        for number in range(rounds):
+            for size, messages in conversations.items():
+                for stream in (False, True):
+                    messages.append({"role": "user", "content": f"Round {number}: build the next target."})
+                    # Alternate which side goes first, so neither always meets a warmer cache.
+                    if number % 2:
+                        g_first, g_total, text, split = call(through, messages, stream=stream)
+                        d_first, d_total, _, _ = call(direct, messages, stream=stream)
+                    else:
+                        d_first, d_total, _, _ = call(direct, messages, stream=stream)
+                        g_first, g_total, text, split = call(through, messages, stream=stream)
+                    messages.append({"role": "assistant", "content": text})
+                    samples[(size, stream)].append((d_first, d_total, g_first, g_total))
+                    splits[(size, stream)].append(split)
+                    provider.requests.clear()  # the fake provider keeps every body otherwise
+                if number % max(1, rounds // 5) == 0:
+                    floors[size].append(floor_ms(messages))
+    return {"samples": samples, "splits": splits, "floors": floors,
+            "ends": {size: len(m) - 1 for size, m in conversations.items()}}
 
 
-def report(name: str, result: dict[str, Any], *, stream: bool) -> None:
-    rows = result["rows"]
-    ms = 1000.0
-    print(f"\n{name}: {len(rows)} turns, the conversation ends at {result['messages']} messages")
-    columns = [("direct", [r[1] for r in rows]), ("gateway", [r[3] for r in rows]),
-               ("added", [r[3] - r[1] for r in rows])]
-    if stream:
-        columns = [("direct first event", [r[0] for r in rows]), ("gateway first event", [r[2] for r in rows]),
-                   ("added to first event", [r[2] - r[0] for r in rows]), *columns]
-    for label, values in columns:
-        print(f"  {label:<24} p50 {percentile(values, 50) * ms:7.2f} ms   p95 {percentile(values, 95) * ms:7.2f} ms")
-    size = max(1, len(rows) // 4)
-    for label, part in (("first quarter", rows[:size]), ("last quarter", rows[-size:])):
-        added = [r[3] - r[1] for r in part]
-        print(f"  added, {label:<16} p50 {percentile(added, 50) * ms:7.2f} ms   p95 {percentile(added, 95) * ms:7.2f} ms")
-    split = result["split"]
-    unmanaged = sum(1 for s in split if not s[2])
-    identities = sorted({s[3] for s in split})
-    print(f"  gateway's own record: prepare (session + ingest + hook) p50 "
-          f"{statistics.median(s[0] for s in split):.2f} ms; provider call p50 "
-          f"{statistics.median(s[1] for s in split):.2f} ms; unmanaged calls {unmanaged}; identities {identities}")
+def _line(label: str, values: list[float]) -> str:
+    return f"    {label:<26} p50 {percentile(values, 50) * MS:8.2f} ms   p95 {percentile(values, 95) * MS:8.2f} ms"
+
+
+def report(result: dict[str, Any], sizes: tuple[int, ...]) -> None:
+    for size in sizes:
+        floors = result["floors"][size]
+        parse = statistics.median(f[0] for f in floors)
+        encode = statistics.median(f[1] for f in floors)
+        print(f"\n{size:,} live messages (the conversation ends at {result['ends'][size]:,}); "
+              f"floor: parse the body {parse:.2f} ms + encode the upstream body {encode:.2f} ms "
+              f"= {parse + encode:.2f} ms")
+        for stream in (False, True):
+            rows = result["samples"][(size, stream)]
+            print(f"  {'streamed' if stream else 'non-streamed'} ({len(rows)} interleaved pairs)")
+            if stream:
+                print(_line("direct, first event", [r[0] for r in rows]))
+                print(_line("gateway, first event", [r[2] for r in rows]))
+                print(_line("ADDED to the first event", [r[2] - r[0] for r in rows]))
+            print(_line("direct, whole answer", [r[1] for r in rows]))
+            print(_line("gateway, whole answer", [r[3] for r in rows]))
+            print(_line("ADDED to the whole answer", [r[3] - r[1] for r in rows]))
+            splits = result["splits"][(size, stream)]
+            # The gateway's own time on the server, out of the client's noise: everything but the provider call.
+            own = [(s.get("parse", 0.0) + s.get("prepare", 0.0) + s.get("record", 0.0)) / MS for s in splits]
+            label = "GATEWAY'S OWN, server side" if not stream else "GATEWAY'S OWN before 1st event"
+            print(_line(label, own))
+            names = sorted({name for split in splits for name in split})
+            parts = [f"{name} {statistics.median(s.get(name, 0.0) for s in result['splits'][(size, stream)]):.2f}"
+                     for name in names]
+            print(f"    gateway's own split, p50 ms: {', '.join(parts) or '(no Server-Timing header)'}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="40 turns")
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--sizes", type=str, default=",".join(str(s) for s in SIZES))
+    parser.add_argument("--quick", action="store_true", help="15 rounds")
     args = parser.parse_args(argv)
-    turns = 40 if args.quick else args.turns
-    print("Gateway latency (Daphne, SQLite, local provider; turns without compaction)")
+    rounds = 15 if args.quick else args.rounds
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    load = os.getloadavg()
+    print(f"Gateway overhead (Daphne, SQLite, local provider, no compaction); {rounds} rounds; "
+          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start")
     with tempfile.TemporaryDirectory(prefix="contextlab-gateway-bench-") as tmp:
-        for stream in (False, True):
-            name = "streamed" if stream else "non-streamed"
-            report(name, run(turns, stream=stream, folder=Path(tmp) / name), stream=stream)
+        result = run(rounds, sizes, Path(tmp))
+    report(result, sizes)
+    load = os.getloadavg()
+    print(f"\nload average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
     return 0
 
 

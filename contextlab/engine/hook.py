@@ -21,7 +21,7 @@ import json
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +110,19 @@ class TurnResult:
     payload: list[Message]
     trace: TurnTrace
     summary_message: Message | None = None
+    # The engine's converted forms of its messages (``to_openai``), shared by its turns.
+    openai_forms: dict[int, Any] | None = field(default=None, repr=False, compare=False)
+    # The payload in OpenAI's form, converted once: a caller sends it upstream
+    # and stores it, and converting costs a pass over every live message.
+    _openai: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def openai_messages(self) -> list[dict[str, Any]]:
+        """The payload as OpenAI chat messages (a new list; what its message dicts hold is shared, do not change it)."""
         from contextlab.engine.convert.openai import to_openai
 
-        return to_openai(self.payload)
+        if self._openai is None:
+            self._openai = to_openai(self.payload, self.openai_forms)
+        return [dict(item) for item in self._openai]
 
 
 def shorten_arguments(value: Any, *, limit: int, file: str) -> Any:
@@ -176,6 +184,8 @@ class ContextManager:
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.system_prompt = system_prompt
         self.observer = observer
+        # Each live message's OpenAI form, kept from turn to turn (``TurnResult.openai_messages``).
+        self._openai_forms: dict[int, Any] = {}
         # A caller that saves the state in its own transaction (the web app)
         # journals the archive and calls commit() after saving; see DialogArchive.
         self.transactional = transactional
@@ -993,7 +1003,7 @@ class ContextManager:
         self._added, self._changed, self._removed = [], [], []
         trace.finish()
         self.traces.append(trace)
-        return TurnResult(payload=payload, trace=trace, summary_message=summary_msg)
+        return TurnResult(payload=payload, trace=trace, summary_message=summary_msg, openai_forms=self._openai_forms)
 
     def _exact_tool_tokens(self) -> int:
         if self.counter is self.exact_counter:
@@ -1076,10 +1086,11 @@ class ContextManager:
         return self._export(history=history, messages=True)
 
     def _export(self, *, history: bool, messages: bool) -> dict[str, Any]:
-        live = {m.id for m in self.messages}
-        # Runs on every commit: no list per message (``tool_uses`` builds one).
-        live_calls = {b.id for m in self.messages for b in m.content
-                      if isinstance(b, ToolUseBlock)} | set(self._pending_calls)
+        live = {m.id for m in self.messages} if not history else set()
+        # Runs on every commit: no list per message (``tool_uses`` builds one), and
+        # no pass at all when no call's arguments could be left out.
+        live_calls = ({b.id for m in self.messages for b in m.content if isinstance(b, ToolUseBlock)}
+                      | set(self._pending_calls) if not history and self._calls else set())
         # A header (messages=False) leaves fate and ledger out: not worth a pass over them.
         fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live} if messages else {}
         ledger = self.ledger if history else {k: v for k, v in self.ledger.items()

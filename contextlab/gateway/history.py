@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 SYSTEM_ROLES = ("system", "developer")
@@ -61,6 +63,42 @@ def digest(message: Any) -> str:
     if role == "tool":
         return _hash(["tool", message.get("tool_call_id"), content_text(message.get("content"))])
     return _hash([role, content_text(message.get("content"))])
+
+
+class PrefixDigests:
+    """The digests of the messages a conversation sent last time, to digest only what is new.
+
+    A client resends its whole history on every call, and digesting it all
+    would cost a pass of JSON and SHA-256 over every message, growing with the
+    conversation. Kept per conversation (bounded, least recently used first
+    out): the last call's messages and their digests. A message equal to the
+    one at the same position last time has the same digest; only the others
+    (the new tail, and any the client changed) are digested.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._known: OrderedDict[Hashable, tuple[list[Any], list[str]]] = OrderedDict()
+
+    def digests(self, conversation: Hashable, messages: Sequence[Any]) -> list[str]:
+        with self._lock:
+            known_messages, known_digests = self._known.pop(conversation, ([], []))
+        out: list[str] = []
+        for index, message in enumerate(messages):
+            if index < len(known_messages) and message == known_messages[index]:
+                out.append(known_digests[index])
+            else:
+                out.append(digest(message))
+        with self._lock:
+            self._known[conversation] = (list(messages), out)
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+        return list(out)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
 
 
 def split_system(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:

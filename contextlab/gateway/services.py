@@ -53,6 +53,9 @@ MAX_KEY_LENGTH = 300
 # task, bounded so a key reused thousands of times does not slow every call.
 MAX_CANDIDATES = 20
 TITLE_CHARS = 80
+# Conversations whose last request this process keeps, to digest only their new
+# messages: each holds references to one request's messages (bounded memory).
+known_digests = history.PrefixDigests(size=64)
 
 
 class GatewayError(Exception):
@@ -187,6 +190,8 @@ class Exchange:
     retry: bool = False
     # The call's span when telemetry is on (``contextlab.telemetry``); ended by ``exchange_record``.
     span: Any = None
+    # The session's gateway row as the call was prepared (None for a new session).
+    gateway: GatewaySession | None = None
 
     @property
     def strips_usage(self) -> bool:
@@ -223,39 +228,55 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
             raise InvalidMessages("messages must be a non-empty list of chat messages", field="messages")
         exchange.client_messages = len(messages)
         system_messages, rest = history.split_system(messages)
-        digests = [history.digest(m) for m in rest]
         system = history.system_prompt(system_messages)
         key, kind = _key(profile, provider, session_header, system, rest)
+        digests = known_digests.digests((owner.pk, profile.pk, key), rest)
         exchange.key, exchange.kind, exchange.digests, exchange.rest = key, kind, digests, rest
-        with transaction.atomic():
-            gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
-                                                                     digests, retry=retry)
-            session = gateway.session if gateway is not None else sessions.session_new(
-                owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
-            exchange.session = session
-            stage = "hook"
-            repeat = None
-            if gateway is not None and exchange.identity == "repeated":
-                repeat = sessions.session_repeat_pending(session=session)
-                if repeat is None:
-                    # What the request leaves out is not a reply the gateway recorded: a fork after all.
-                    exchange.identity, exchange.forked_from, gateway = "forked", session, None
-                    session = sessions.session_new(owner=owner, system_prompt=system, profile=profile,
-                                                   title=_title(kind, key, rest))
-                    exchange.session = session
-            exchange.history_length = len(gateway.history) if gateway is not None else 0
-            exchange.matched = min(exchange.history_length, len(digests))
-            new = rest[exchange.matched:]
-            # Tool definitions and a structured-output schema are billed as prompt
-            # tokens: the engine counts them as a layer of this call's budget.
-            pending = repeat or sessions.session_advance_pending(
-                session=session, messages=new, system_prompt=system,
-                request_schemas=(body.get("tools"), body.get("response_format")))
-            exchange.pending = pending
-            if pending.committed:
-                # The hook compacted and its turn is written now: the ingested
-                # history goes with it, in the same transaction.
-                _history_save(exchange, gateway, digests)
+        def advance(*, defer_summary: bool = False) -> tuple[sessions.PendingTurn, GatewaySession | None]:
+            """Find the session and run the hook on what is new, in one short transaction."""
+            nonlocal stage
+            stage = "identity"
+            with transaction.atomic():
+                gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
+                                                                         digests, retry=retry)
+                session = gateway.session if gateway is not None else sessions.session_new(
+                    owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
+                exchange.session = session
+                stage = "hook"
+                repeat = None
+                if gateway is not None and exchange.identity == "repeated":
+                    repeat = sessions.session_repeat_pending(session=session)
+                    if repeat is None:
+                        # What the request leaves out is not a reply the gateway recorded: a fork after all.
+                        exchange.identity, exchange.forked_from, gateway = "forked", session, None
+                        session = sessions.session_new(owner=owner, system_prompt=system, profile=profile,
+                                                       title=_title(kind, key, rest))
+                        exchange.session = session
+                exchange.history_length = len(gateway.history) if gateway is not None else 0
+                exchange.matched = min(exchange.history_length, len(digests))
+                # Tool definitions and a structured-output schema are billed as prompt
+                # tokens: the engine counts them as a layer of this call's budget.
+                pending = repeat or sessions.session_advance_pending(
+                    session=session, messages=rest[exchange.matched:], system_prompt=system,
+                    request_schemas=(body.get("tools"), body.get("response_format")),
+                    stage_summary=True, defer_summary=defer_summary)
+                exchange.pending = pending
+                if pending.committed:
+                    # The hook compacted and its turn is written now: the ingested
+                    # history goes with it, in the same transaction.
+                    _history_save(exchange, gateway, digests)
+            exchange.gateway = gateway
+            return pending, gateway
+
+        pending, gateway = advance()
+        if pending.plan is not None:
+            # The hook must summarise first: the summary model is called with no
+            # transaction open and no lock held, then the turn is written at once.
+            pending = _summarised(exchange, pending, gateway)
+            if pending.plan is not None or not pending.committed:
+                # The session moved during the call: this turn keeps every message.
+                pending, gateway = advance(defer_summary=True)
+        new = rest[exchange.matched:]
         payload, trace = pending.payload, pending.trace
         exchange.new = len(new)
         exchange.turn = int(trace["turn"])
@@ -283,6 +304,30 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
         _forget_unsaved(exchange)
     exchange.prepare_ms = (time.perf_counter() - start) * 1000
     return exchange
+
+
+def _summarised(exchange: Exchange, pending: sessions.PendingTurn,
+                gateway: GatewaySession | None) -> sessions.PendingTurn:
+    """Ask the summary model a staged turn's question holding nothing, then write the turn
+    (and the ingested history with it) in one short transaction with a version check."""
+    assert pending.plan is not None
+    try:
+        planned = pending.manager.summarize_plan(pending.plan, pending.compactor)
+    except BaseException:
+        # A bug, not an answer: later turns of the session must not wait for the lease.
+        if not pending.session._state.adding:
+            AgentSession.objects.filter(pk=pending.session.pk).update(summary_call_until=None)
+        raise
+    with transaction.atomic():
+        # The gateway row first, then the session row: the lock order of every call.
+        locked = None if gateway is None else _locked_row(gateway.pk)
+        if locked is not None and len(locked.history) != exchange.history_length:
+            AgentSession.objects.filter(pk=pending.session.pk).update(summary_call_until=None)
+            return pending
+        if sessions.pending_turn_apply_plan(pending=pending, planned=planned):
+            exchange.session = pending.session
+            _history_save(exchange, locked, exchange.digests)
+    return pending
 
 
 def _unmanaged(provider: UpstreamProvider, body: dict[str, Any]) -> dict[str, Any]:
@@ -357,9 +402,15 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
     if fitting:
         best = max(fitting, key=lambda c: (len(c.history), c.updated))
         # Lock order everywhere: the gateway row, then the session row (the services' own lock).
+        # Another call may have moved the session on while this one looked: the
+        # row as read is still good when its last change is the one read (the
+        # history column, which grows with the session, is not read twice).
+        updated = (GatewaySession.objects.select_for_update(of=("self",)).filter(pk=best.pk)
+                   .values_list("updated", flat=True).first())
+        if updated == best.updated:
+            return best, "continued", None
         locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
                   .defer("session__engine_state").get(pk=best.pk))
-        # Another call may have moved the session on while this one looked.
         if history.continues(locked.history, digests):
             return locked, "continued", None
     for candidate in candidates if retry else []:
@@ -421,8 +472,9 @@ def _record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any
     try:
         with transaction.atomic():
             if exchange.managed and exchange.pending is not None and answered:
-                _commit(exchange, reply)
-                if isinstance(usage, dict) and usage and exchange.turn is not None:
+                _commit(exchange, reply, _checked_usage(exchange, usage))
+                if isinstance(usage, dict) and usage and exchange.turn is not None and \
+                        not exchange.pending.usage_written:
                     _usage_report(exchange, usage)
             else:
                 # Nothing the call brought joins the session: a retry starts from the same state.
@@ -441,7 +493,17 @@ def _record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any
             return None
 
 
-def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
+def _checked_usage(exchange: Exchange, usage: Any) -> dict[str, Any] | None:
+    """The provider's usage when it can go into the turn's row as it is written; None otherwise."""
+    if not isinstance(usage, dict) or not usage:
+        return None
+    try:
+        return sessions.check_usage(usage)
+    except ContextLabError:
+        return None  # _usage_report says why, as a note on the exchange
+
+
+def _commit(exchange: Exchange, reply: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> None:
     """Write the answered call: the pending turn, the client's new messages and the provider's reply."""
     pending = exchange.pending
     assert pending is not None and exchange.session is not None
@@ -459,11 +521,11 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
             shutil.rmtree(exchange.session.workspace, ignore_errors=True)
             _commit_repeat(exchange, earlier, replies, reply_digests)
             return
-        sessions.pending_turn_commit(pending=pending, reply=replies)
+        sessions.pending_turn_commit(pending=pending, reply=replies, usage=usage)
         _history_save(exchange, None, reply_digests)
         return
     # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
-    gateway = _locked_row(exchange.session.pk)
+    gateway = _relocked_row(exchange)
     if len(gateway.history) != exchange.history_length:
         if exchange.retry and pending.repeated is None and history.repeats(gateway.history, exchange.digests):
             # Another attempt of this very request was answered first.
@@ -474,14 +536,28 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None) -> None:
             return
         # Another call of the same conversation wrote meanwhile: ingest what it did not.
         pending.messages = exchange.rest[len(gateway.history):]
-    if not sessions.pending_turn_commit(pending=pending, reply=replies):
+    if not sessions.pending_turn_commit(pending=pending, reply=replies, usage=usage):
         exchange.notes.append("the session moved while the provider answered; the turn was run again")
         exchange.turn = int(AgentSession.objects.values_list("turns_count", flat=True).get(pk=exchange.session.pk))
     _history_save(exchange, gateway, reply_digests)
 
 
+def _relocked_row(exchange: Exchange) -> GatewaySession:
+    """The exchange's gateway row, locked again: the one read when the call was prepared when
+    nothing wrote it since (its history, which grows with the session, is not read again)."""
+    assert exchange.session is not None
+    known = exchange.gateway
+    if known is not None and known.pk == exchange.session.pk:
+        updated = (GatewaySession.objects.select_for_update(of=("self",)).filter(pk=known.pk)
+                   .values_list("updated", flat=True).first())
+        if updated == known.updated:
+            return known
+    return _locked_row(exchange.session.pk)
+
+
 def _locked_row(session_id: Any) -> GatewaySession:
-    return GatewaySession.objects.select_for_update(of=("self",)).select_related("session").get(pk=session_id)
+    return (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
+            .defer("session__engine_state").get(pk=session_id))
 
 
 def _earlier_attempt(exchange: Exchange) -> GatewaySession | None:

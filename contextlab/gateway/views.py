@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -69,8 +70,22 @@ def _json_body(request: HttpRequest) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise GatewayError(400, "the request body must be a JSON object", code="invalid_json")
     # An agent resends its whole history every call, so refusing a lone
-    # surrogate would wedge it for good: it becomes U+FFFD instead.
-    return dict(repaired(value))
+    # surrogate would wedge it for good: it becomes U+FFFD instead. Only a body
+    # that can hold one is walked: the walk costs about what the parse does.
+    return dict(repaired(value)) if _may_hold_surrogates(request.body) else value
+
+
+# What decodes to a lone surrogate: a \ud800-\udfff escape, or the UTF-8-style
+# bytes of one (``json.loads`` decodes bytes with "surrogatepass").
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    # A UTF-16 or UTF-32 body (JSON allows them; zero bytes or a byte order
+    # mark at the start) is not checked byte-wise: it is always walked.
+    if b"\x00" in raw[:4] or raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    return _MAYBE_SURROGATE.search(raw) is not None
 
 
 def _is_retry(request: HttpRequest) -> bool:
@@ -99,8 +114,10 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if retry_after is not None:
         return _rate_limited(retry_after)
     user = token.user
+    parsing = time.perf_counter()
     try:
         body = _json_body(request)
+        parse_ms = (time.perf_counter() - parsing) * 1000
         session_header = request.headers.get(SESSION_HEADER, "").strip()
         profile = services.profile_for(owner=user, session_header=session_header,
                                        profile_header=request.headers.get(PROFILE_HEADER, "").strip())
@@ -137,6 +154,7 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
         # Proxies such as nginx would otherwise hold the events back.
         streaming["X-Accel-Buffering"] = "no"
         _context_headers(streaming, exchange)
+        _server_timing(streaming, parse=parse_ms, prepare=exchange.prepare_ms)
         return streaming
     try:
         content = answer.read()
@@ -145,12 +163,21 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     finally:
         answer.close()
     upstream_ms = (time.perf_counter() - start) * 1000
+    recording = time.perf_counter()
     reply, usage = _completion_parts(content) if answer.status_code == 200 else (None, None)
     services.exchange_record(exchange, status_code=answer.status_code, reply=reply, usage=usage,
                              upstream_ms=upstream_ms)
     response = upstream.passthrough(answer, content)
     _context_headers(response, exchange)
+    _server_timing(response, parse=parse_ms, prepare=exchange.prepare_ms, upstream=upstream_ms,
+                   record=(time.perf_counter() - recording) * 1000)
     return response
+
+
+def _server_timing(response: HttpResponseBase, **durations: float) -> None:
+    # The gateway's own split of a call (milliseconds), for the benchmark and
+    # for anyone looking at a slow call in the browser's or proxy's tools.
+    response["Server-Timing"] = ", ".join(f"{name};dur={value:.2f}" for name, value in durations.items())
 
 
 def _unreachable(exchange: Exchange, start: float, status: int, message: str, code: str) -> HttpResponse:

@@ -530,13 +530,36 @@ def message_to_openai(msg: Message) -> list[dict[str, Any]]:
     return out
 
 
-def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
+# Converted forms kept between calls: message object id -> (the message, its OpenAI messages).
+OpenAIForms = dict[int, tuple[Message, list[dict[str, Any]]]]
+
+
+def to_openai(messages: Sequence[Message], forms: OpenAIForms | None = None) -> list[dict[str, Any]]:
     """Internal messages as OpenAI chat messages.
 
     Tool results become one ``tool`` message each; thinking goes to
     ``reasoning_content``; ``is_error`` has no OpenAI field and is not sent.
+
+    ``forms``: what the previous call converted (updated in place). Messages are
+    immutable, so a message object converted before is not converted again:
+    a payload of mostly the same live messages costs a pass of lookups, not a
+    conversion of every message. The returned dicts are then shared with
+    ``forms``: copy one before changing it.
     """
-    out: list[dict[str, Any]] = []
+    if forms is None:
+        out: list[dict[str, Any]] = []
+        for msg in messages:
+            out.extend(message_to_openai(msg))
+        return out
+    out = []
+    seen: OpenAIForms = {}
     for msg in messages:
-        out.extend(message_to_openai(msg))
+        entry = forms.get(id(msg))
+        if entry is None or entry[0] is not msg:
+            entry = (msg, message_to_openai(msg))
+        seen[id(msg)] = entry
+        out.extend(entry[1])
+    # Only what this payload holds stays: the entry keeps its message alive, so its id is not reused.
+    forms.clear()
+    forms.update(seen)
     return out

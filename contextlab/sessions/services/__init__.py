@@ -72,8 +72,10 @@ from contextlab.sessions.services.retention import PruneResult, offloaded_prune
 from contextlab.sessions.services.runs import NEVER_STARTED, WORKER_DIED, runs_reap, runs_recover
 from contextlab.sessions.services.turns import (
     PendingTurn,
+    check_usage,
     messages_append,
     messages_append_openai,
+    pending_turn_apply_plan,
     pending_turn_commit,
     reported_prompt_tokens,
     session_advance,
@@ -90,9 +92,9 @@ from contextlab.sessions.services.what_if import whatif_execute, whatif_stalled,
 __all__ = [
     "BUNDLE_FORMAT", "MAX_INSTRUCTION_LENGTH", "MAX_MESSAGE_ID_LENGTH", "MAX_TITLE_LENGTH", "NEVER_STARTED",
     "WORKER_DIED", "MemoryConsolidation", "PayloadTooLarge", "PendingTurn", "PruneResult", "RunInProgress", "SessionUnavailable",
-    "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run",
+    "check_usage", "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run",
     "compaction_start", "compaction_work", "memory_consolidate", "memory_consolidate_due", "memory_day_due",
-    "messages_append", "messages_append_openai", "offloaded_prune", "pending_turn_commit", "profile_create", "profile_default",
+    "messages_append", "messages_append_openai", "offloaded_prune", "pending_turn_apply_plan", "pending_turn_commit", "profile_create", "profile_default",
     "profile_resolve", "profile_zone", "reported_prompt_tokens", "run_announce", "runs_reap", "runs_recover",
     "session_advance", "session_advance_pending", "session_announce", "session_create", "session_delete", "session_export",
     "session_import_bundle", "session_new", "session_prepare", "session_repeat_pending", "transcript_import", "transcript_import_enqueue",

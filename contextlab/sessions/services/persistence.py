@@ -331,7 +331,8 @@ def _stored_payload(held: _Held, number: int, payload: list[dict[str, Any]]) -> 
     return payload
 
 
-def _persist_turn(session: AgentSession, result: TurnResult, held: _Held) -> Turn:
+def _persist_turn(session: AgentSession, result: TurnResult, held: _Held,
+                  usage: dict[str, Any] | None = None) -> Turn:
     trace = result.trace.to_dict()
     payload = _openai_payload(held, result)
     stored = _stored_payload(held, int(trace["turn"]), payload)
@@ -357,6 +358,9 @@ def _persist_turn(session: AgentSession, result: TurnResult, held: _Held) -> Tur
             # The profile's version now: the engine of this step was built from it
             # (the engine cache is keyed by the profile's last change).
             "profile_version": session.profile.version,
+            # Known already when the provider answered first (the gateway): written
+            # with the row, not by a second write of a row that holds the payload.
+            **({"usage": usage} if usage is not None else {}),
         },
     )
     turn.set_payload(stored, payload)
@@ -414,12 +418,13 @@ def _persist_offloaded(session: AgentSession, manager: ContextManager, *, left_l
 
 
 def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapping[str, int],
-             originals: Mapping[str, Message] | None = None, result: TurnResult | None = None) -> Turn | None:
+             originals: Mapping[str, Message] | None = None, result: TurnResult | None = None,
+             usage: dict[str, Any] | None = None) -> Turn | None:
     """Write what one engine step changed: messages, turn, summaries, files, and the
     state header (never the live context as a whole)."""
     held = _held.setdefault(manager, _Held({}, {}, set()))
     left_live = _persist_messages(session, manager, before, originals or {})
-    turn = _persist_turn(session, result, held) if result is not None else None
+    turn = _persist_turn(session, result, held, usage) if result is not None else None
     new_summary = _persist_summaries(session, manager)
     _persist_offloaded(session, manager, left_live=left_live)
     if new_summary:

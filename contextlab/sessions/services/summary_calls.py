@@ -51,13 +51,13 @@ def lease_active(session: AgentSession) -> bool:
     return session.summary_call_until is not None and session.summary_call_until > timezone.now()
 
 
-def _lease_until(manager: ContextManager) -> dt.datetime:
+def lease_until(manager: ContextManager) -> dt.datetime:
     profile = manager.profile
     bound = profile.compaction_timeout * (profile.compaction_retries + 1)
     return timezone.now() + dt.timedelta(seconds=bound) + LEASE_MARGIN
 
 
-def _calls_the_network(manager: ContextManager) -> bool:
+def calls_the_network(manager: ContextManager) -> bool:
     # The offline extractive summary answers in-process in milliseconds: it may
     # run under the lock like the rest of the turn.
     return manager.compactor.name != "extractive"
@@ -101,7 +101,7 @@ def hook_turn(session: AgentSession, *, manual: bool = False, instruction: str |
                     return last
                 result = manager.prepare(defer_summary=True)
                 return _commit(locked, manager, before, originals, result, on_turn)
-            if _calls_the_network(manager):
+            if calls_the_network(manager):
                 plan = manager.plan_compaction(manual=manual, instruction=instruction)
             if plan is None:
                 result = _run(manager, manual=manual, instruction=instruction)
@@ -111,7 +111,7 @@ def hook_turn(session: AgentSession, *, manual: bool = False, instruction: str |
             if originals:
                 persist_step(locked, manager, before=before, originals=originals)
             compactor = manager.compactor  # taken under the lock: the engine may serve other turns meanwhile
-            locked.summary_call_until = _lease_until(manager)
+            locked.summary_call_until = lease_until(manager)
             locked.save(update_fields=["summary_call_until"])
             holds_lease = True
         # The lock and the transaction are gone: the call may take the model's whole timeout.

@@ -12,10 +12,12 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from contextlab.engine.compactors.base import Compactor
 from contextlab.engine.convert import from_openai
 from contextlab.engine.errors import MalformedInput
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message
+from contextlab.engine.staged import CompactionPlan, PlannedSummary, StalePlan
 from contextlab.sessions.models import (
     AgentProfile,
     AgentSession,
@@ -37,7 +39,7 @@ from contextlab.sessions.services.persistence import (
     persist_step,
 )
 from contextlab.sessions.services.profiles import profile_default
-from contextlab.sessions.services.summary_calls import hook_turn
+from contextlab.sessions.services.summary_calls import calls_the_network, hook_turn, lease_active, lease_until
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,13 @@ class PendingTurn:
     # A repeat: the turn whose payload goes upstream again, and the reply it replaces.
     repeated: Turn | None = None
     retracted: list[str] = field(default_factory=list)
+    # Staged (``stage_summary``): the turn needs a summary first. Nothing is
+    # computed yet (``result`` is None); the caller asks ``compactor`` the plan's
+    # question holding nothing, then ``pending_turn_apply_plan`` runs the turn.
+    plan: CompactionPlan | None = None
+    compactor: Compactor | None = None
+    # ``pending_turn_commit`` wrote the provider's usage with the turn's row.
+    usage_written: bool = False
 
     @property
     def payload(self) -> list[dict[str, Any]]:
@@ -212,7 +221,8 @@ def session_new(*, owner: User, system_prompt: str, profile: AgentProfile, title
 
 def session_advance_pending(*, session: AgentSession, messages: list[dict[str, Any]],
                             system_prompt: str | None = None,
-                            request_schemas: tuple[Any, Any] | None = None) -> PendingTurn:
+                            request_schemas: tuple[Any, Any] | None = None,
+                            stage_summary: bool = False, defer_summary: bool = False) -> PendingTurn:
     """``session_advance`` without the write: the payload now, the turn once ``pending_turn_commit`` runs.
 
     ``session`` may be new (``session_new``). Call it inside the caller's
@@ -220,6 +230,12 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
     has already written the summary's archive lines, and a later load would cut
     them back as a turn that never saved, so that turn is written at once
     (``committed``).
+
+    ``stage_summary``: a turn that would call the summary model over the
+    network is only planned (``plan``), and the session gets a lease so other
+    turns meanwhile keep every message instead of calling it too; the caller
+    makes the call outside its transaction and finishes with
+    ``pending_turn_apply_plan``. ``defer_summary``: keep every message this turn.
     """
     if messages:
         check_raw_messages(messages)
@@ -245,7 +261,19 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             parsed = from_openai(messages, known_calls=manager.call_names())
             check_message_ids(parsed)
             manager.append(parsed)
-        result = manager.prepare()
+        defer_summary = defer_summary or (not new and lease_active(locked))
+        plan = (manager.plan_compaction() if stage_summary and not defer_summary and calls_the_network(manager)
+                else None)
+        if plan is not None:
+            if not new:
+                # Written now, though nothing else of the turn is: other turns of the
+                # session must not start a second summary call while this one runs.
+                AgentSession.objects.filter(pk=locked.pk).update(summary_call_until=lease_until(manager))
+            return PendingTurn(session=locked, manager=manager, result=None, messages=messages,
+                               system_prompt=system_prompt, request_schemas=request_schemas, before=before,
+                               originals={m.id: m for m in parsed}, version=version, plan=plan,
+                               compactor=manager.compactor)
+        result = manager.prepare(defer_summary=defer_summary)
         pending = PendingTurn(session=locked, manager=manager, result=result, messages=messages,
                               system_prompt=system_prompt, request_schemas=request_schemas, before=before,
                               originals={m.id: m for m in parsed},
@@ -256,6 +284,40 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             persist_step(locked, manager, before=before, originals=pending.originals, result=result)
             pending.committed = True
     return pending
+
+
+def pending_turn_apply_plan(*, pending: PendingTurn, planned: PlannedSummary) -> bool:
+    """Run a staged turn (``session_advance_pending(stage_summary=True)``) with its summary,
+    in the caller's transaction, and write it at once (``committed``), lease cleared.
+
+    False, with the lease cleared and nothing else written, when the session
+    moved since the plan (another writer got in during the summary call) or the
+    plan no longer applies: the caller prepares the turn again, keeping every
+    message (``defer_summary``), and a later turn compacts.
+    """
+    session, manager = pending.session, pending.manager
+    new = session._state.adding
+    locked = session if new else (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
+                                  .get(pk=session.pk))
+    if not new and _version(locked) != pending.version:
+        log.info("session %s moved during the summary call of a staged turn; the turn runs again", session.pk)
+        AgentSession.objects.filter(pk=locked.pk).update(summary_call_until=None)
+        return False
+    try:
+        result = manager.prepare(planned=planned)
+    except StalePlan as exc:
+        log.info("session %s: the staged turn's plan went stale (%s)", session.pk, exc.message)
+        if not new:
+            AgentSession.objects.filter(pk=locked.pk).update(summary_call_until=None)
+        return False
+    locked.summary_call_until = None
+    if pending.system_prompt is not None:
+        locked.system_prompt = manager.system_prompt
+    if new:
+        locked.save()
+    persist_step(locked, manager, before=pending.before, originals=pending.originals, result=result)
+    pending.session, pending.result, pending.plan, pending.committed = locked, result, None, True
+    return True
 
 
 def session_repeat_pending(*, session: AgentSession) -> PendingTurn | None:
@@ -277,12 +339,17 @@ def session_repeat_pending(*, session: AgentSession) -> PendingTurn | None:
                            retracted=[reply.id])
 
 
-def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) -> bool:
+def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]],
+                        usage: dict[str, Any] | None = None) -> bool:
     """Write a pending turn and the provider's reply (OpenAI messages, possibly none) in the caller's transaction.
 
     Returns False when the session moved since the turn was computed (another
     writer got in between): then the turn is run again on the newer state, so
     nothing is lost or written twice, and the recorded payload is the new run's.
+
+    ``usage`` (checked with ``check_usage``): the provider's, written with a new
+    turn's row (``pending.usage_written`` says whether it was); a caller records
+    it with ``usage_report`` otherwise.
     """
     session = pending.session
     if pending.committed:
@@ -312,14 +379,17 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
     if pending.retracted:
         taken_back = SessionMessage.objects.filter(session=locked, message_id__in=pending.retracted).delete()[0]
         locked.messages_count -= taken_back
-    persist_step(locked, manager, before=pending.before, originals=pending.originals, result=pending.result)
+    originals = dict(pending.originals)
     if reply:
+        # The reply joins in the same write as the turn: one state header, one
+        # version bump per call (the turn's payload was computed without it).
         check_raw_messages(reply)
         parsed = from_openai(reply, known_calls=manager.call_names())
         check_message_ids(parsed)
-        before = fate_sizes(manager)
         manager.append(parsed)
-        persist_step(locked, manager, before=before, originals={m.id: m for m in parsed})
+        originals.update((m.id, m) for m in parsed)
+    persist_step(locked, manager, before=pending.before, originals=originals, result=pending.result, usage=usage)
+    pending.usage_written = usage is not None and pending.result is not None
     # Written: from now on the engine is the committed state, for the next request to reuse.
     transaction.on_commit(lambda: engines.keep(locked, manager))
     return True
@@ -327,6 +397,18 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]]) ->
 
 def usage_report(*, session: AgentSession, turn_number: int, usage: Any) -> Turn:
     """Record what the provider billed for the call made with turn ``turn_number``'s payload."""
+    check_usage(usage)
+    with transaction.atomic():
+        # Only the usage: the payload and trace columns grow with the session.
+        turn = Turn.objects.select_for_update().only("id", "session_id", "number", "usage").get(
+            session=session, number=turn_number)
+        turn.usage = usage
+        turn.save(update_fields=["usage"])
+    return turn
+
+
+def check_usage(usage: Any) -> dict[str, Any]:
+    """A provider's usage object, checked (``MalformedInput`` naming the bad field)."""
     if not isinstance(usage, dict) or not usage:
         raise MalformedInput("usage must be a non-empty object, e.g. {\"prompt_tokens\": 1234}", field="usage")
     for key, value in usage.items():
@@ -334,11 +416,7 @@ def usage_report(*, session: AgentSession, turn_number: int, usage: Any) -> Turn
             raise MalformedInput(f"usage.{key} must be a number or an object", field=f"usage.{key}")
         if isinstance(value, int | float) and value < 0:
             raise MalformedInput(f"usage.{key} must not be negative", field=f"usage.{key}")
-    with transaction.atomic():
-        turn = Turn.objects.select_for_update().get(session=session, number=turn_number)
-        turn.usage = usage
-        turn.save(update_fields=["usage"])
-    return turn
+    return usage
 
 
 def reported_prompt_tokens(usage: Mapping[str, Any] | None) -> int | None:
