@@ -82,6 +82,33 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 
+RUN_ACTIONS = {
+    "accept": "Commit exactly the reviewed draft of a dry run (no second compactor call)",
+    "discard": "Drop the draft of a dry run; nothing was committed",
+    "cancel": "Cancel a queued or running compaction or dry run; nothing of it is committed",
+}
+
+
+def _run_action(action: str, summary: str) -> dict[str, Any]:
+    run_id = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "integer", "format": "int64"}}
+    ok: dict[str, Any] = {"run": {"$ref": "#/components/schemas/CompactionRun"}}
+    if action == "accept":
+        ok["turn"] = {"$ref": "#/components/schemas/Turn"}
+    return {
+        "parameters": [SESSION_ID, run_id],
+        "post": {
+            "summary": summary,
+            "description": "409 when the draft is stale (the session moved so that committing would store "
+                           "another summary than the one reviewed) or the run is not in a state the action "
+                           "applies to; nothing is committed then.",
+            "responses": {
+                "200": _json({"type": "object", "required": list(ok), "properties": ok}),
+                "409": _json({"allOf": [{"$ref": "#/components/schemas/Error"}, {"type": "object", "properties": {
+                    "run": {"$ref": "#/components/schemas/CompactionRun"}}}]}, "Stale draft, or nothing to do"),
+                **_errors(404)},
+        },
+    }
+
 _INT = {"type": "integer"}
 # Ids, numbers and offsets a client sends: the databases store 64-bit integers.
 _INT64 = {"type": "integer", "format": "int64"}
@@ -193,12 +220,36 @@ SCHEMAS: dict[str, Any] = {
     "CompactionRun": {
         "type": "object",
         "properties": {
-            "id": _INT, "status": _enum(CompactionRun.Status.values),
+            "id": _INT, "kind": _enum(CompactionRun.Kind.values), "status": _enum(CompactionRun.Status.values),
             "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
+            "state_version": {**_NULL_INT, "description": "a dry run: the session's state version it was made on"},
+            "draft": {"allOf": [_ref("Draft")], "nullable": True,
+                      "description": "a dry run only: what accepting it would commit, once made"},
             "created": {"type": "string", "format": "date-time"},
             "started": {"type": "string", "format": "date-time", "nullable": True},
             "finished": {"type": "string", "format": "date-time", "nullable": True},
         },
+    },
+    "Draft": {
+        "type": "object",
+        "properties": {
+            "summary": {**_NULL_STR, "description": "the exact text accept stores; null: the summary failed and "
+                                                    "the previous one would stay"},
+            "previous_summary": _NULL_STR, "summary_version": _INT, "outcome": _STR,
+            "compact_ids": {"type": "array", "items": _STR}, "keep_ids": {"type": "array", "items": _STR},
+            "pins": _ref("Pins"),
+            "lost": {"type": "array", "items": {"type": "object", "properties": {
+                "kind": _STR, "value": _STR, "message_id": _STR}}},
+            "lost_count": {**_INT, "description": "identifiers of the compacted messages found neither in the "
+                                                  "draft nor in a file it names"},
+            "failure": _NULL_STR,
+        },
+    },
+    "Pins": {
+        "type": "object",
+        "description": "pinned messages stay live through compactions (or go with their identifiers in the "
+                       "summary); pinned facts go into the summary",
+        "properties": {"message_ids": {"type": "array", "items": _STR}, "facts": {"type": "array", "items": _STR}},
     },
     "SplitPreview": {
         "type": "object",
@@ -378,6 +429,33 @@ def _document(server_url: str) -> dict[str, Any]:
                 "parameters": [SESSION_ID, {"name": "run_id", "in": "path", "required": True, "schema": _INT64}],
                 "get": {"summary": "One compaction or import run: queued, running, done or failed",
                         "responses": {"200": _json(_ref("CompactionRun")), **_errors(404)}},
+            },
+            "/sessions/{session_id}/dry-runs": {
+                "parameters": [SESSION_ID],
+                "post": {
+                    "summary": "Dry run a manual compaction with the profile's compactor (a background run)",
+                    "description": "Nothing is committed; when the run's status is 'draft', GET the run for the "
+                                   "draft, then accept or discard it.",
+                    "requestBody": {"content": {"application/json": {"schema": {
+                        "type": "object", "properties": {"instruction": _NULL_STR}}}}},
+                    "responses": {"202": _json({"type": "object", "properties": {"run": _ref("CompactionRun")}},
+                                               "Queued"), **_errors(400, 404, 409)},
+                },
+            },
+            **{f"/sessions/{{session_id}}/runs/{{run_id}}/{action}": _run_action(action, summary)
+               for action, summary in RUN_ACTIONS.items()},
+            "/sessions/{session_id}/pins": {
+                "parameters": [SESSION_ID],
+                "get": {"summary": "What is pinned for the coming compactions",
+                        "responses": {"200": _json(_ref("Pins")), **_errors(404)}},
+                "post": {
+                    "summary": "Pin or unpin a live message or a fact",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["action"], "properties": {
+                            "action": _enum(["pin_message", "unpin_message", "pin_fact", "unpin_fact"]),
+                            "message_id": _STR, "fact": {**_STR, "maxLength": 500}}}}}},
+                    "responses": {"200": _json(_ref("Pins")), **_errors(400, 404, 409)},
+                },
             },
             "/sessions/{session_id}/turns": {
                 "parameters": [SESSION_ID],
