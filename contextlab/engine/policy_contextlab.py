@@ -151,6 +151,11 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
                                        [manager.original(m) for m in to_compact if m.id in grouped])
     manager.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
     manager.pinned_ids = [pinned_id] if pinned_id else []
+    if manager.pins.message_ids:
+        # A pinned message that had to go is settled (the trace says so, the
+        # summary holds its identifiers): the pin is not kept for a message gone.
+        live = {m.id for m in manager.messages}
+        manager.pins.message_ids = [mid for mid in manager.pins.message_ids if mid in live]
     trace.outcome = "fallback_summary" if fallback else "compacted"
     truncated = [m.id for m in to_compact if m.metadata.get("offload")]
     if truncated:
@@ -213,7 +218,19 @@ def shrink_kept_part(manager: ContextManager, trace: TurnTrace, plan: SplitPlan,
 
 
 def plan_for(manager: ContextManager, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
-    return keep_pinned(manager, tokens, _plan_for(manager, tokens, manual=manual, reserve=reserve))
+    if not manual:
+        return keep_pinned(manager, tokens, plan_split(manager.messages, tokens, reserve=reserve))
+    # Asked for explicitly: summarise everything before the newest user turn,
+    # which stays whole (CoPaw's /compact takes even that).
+    newest = newest_user_index(manager.messages)
+    whole_turn = keep_pinned(manager, tokens, plan_split(
+        manager.messages, tokens, reserve=sum(tokens[newest:]) if newest is not None else 0))
+    if whole_turn.compact:
+        return whole_turn
+    # One long request (an agent working through many tool rounds), or every
+    # older message pinned: split inside its turn at tool-group boundaries. The
+    # request stays pinned and the newest group stays; every earlier group goes.
+    return keep_pinned(manager, tokens, plan_split(manager.messages, tokens, reserve=0))
 
 
 def tool_groups(messages: list[Message]) -> list[list[int]]:
@@ -293,21 +310,6 @@ def pins_reasons(record: dict[str, Any]) -> list[str]:
     if record["facts"]:
         reasons.append(f"{len(record['facts'])} pinned fact(s) go into the summary")
     return reasons
-
-
-def _plan_for(manager: ContextManager, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
-    if not manual:
-        return plan_split(manager.messages, tokens, reserve=reserve)
-    # Asked for explicitly: summarise everything before the newest user turn,
-    # which stays whole (CoPaw's /compact takes even that).
-    newest = newest_user_index(manager.messages)
-    whole_turn = plan_split(manager.messages, tokens, reserve=sum(tokens[newest:]) if newest is not None else 0)
-    if whole_turn.compact:
-        return whole_turn
-    # One long request (an agent working through many tool rounds): split
-    # inside its turn at tool-group boundaries. The request stays pinned and
-    # the newest group stays; every earlier group goes.
-    return plan_split(manager.messages, tokens, reserve=0)
 
 
 def nothing_to_compact_reason(manager: ContextManager, plan: SplitPlan) -> str:

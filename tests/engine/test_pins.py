@@ -15,7 +15,7 @@ from contextlab.engine.errors import MalformedInput
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.identifiers import extract_identifiers, normalize
 from contextlab.engine.messages import Message, check_sequence
-from contextlab.engine.pins import FACTS_LEAD, IDENTIFIERS_LEAD
+from contextlab.engine.pins import FACTS_LEAD, IDENTIFIERS_LEAD, MAX_PINNED_MESSAGES
 from contextlab.engine.profile import Profile
 from contextlab.engine.staged import StalePlan, planned_from_dict, planned_to_dict
 from tests.engine.sessions import assistant, log_lines, tool_round, user
@@ -179,7 +179,8 @@ def test_it_never_archives_a_pinned_message_without_its_identifiers_and_holds_th
                 manager.pin_message("brief")
             # Pin a share of the live messages before the turn, as a person would.
             for live in manager.messages:
-                if live.id not in manager.pins.message_ids and data.draw(st.floats(0, 1)) < pin_share / 4:
+                if (live.id not in manager.pins.message_ids and len(manager.pins.message_ids) < MAX_PINNED_MESSAGES
+                        and data.draw(st.floats(0, 1)) < pin_share / 4):
                     manager.pin_message(live.id)
             pinned_at[manager.summary_version + 1] = set(manager.pins.message_ids)
             manual = data.draw(st.integers(0, 5)) == 0
