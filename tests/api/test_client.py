@@ -77,7 +77,9 @@ def test_the_agent_loop_example_runs_against_the_server(live_server, alice_token
     assert session.compactions_count >= 1
 
 
-def test_it_reviews_a_compaction_through_the_api(cl):
+def test_it_reviews_a_compaction_through_the_api(cl, settings):
+    # The dry run is a background job: on the server's own pool, with no worker process to start.
+    settings.CONTEXTLAB_JOBS_MODE = "embedded"
     session = cl.create_session("You are terse.", profile={"name": "review", "max_input_length": 4_000})
     sid = session["id"]
     cl.add_messages(sid, [*tool_turn(1), answer(1), *tool_turn(2)])
