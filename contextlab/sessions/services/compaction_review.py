@@ -166,7 +166,8 @@ def dry_run_execute(run: CompactionRun) -> None:
             return
         run.draft = {
             "planned": planned_to_dict(planned),
-            "draft": draft.to_dict(),
+            # The dry run's trace stays out: the draft is read on every push of the panel.
+            "draft": {k: v for k, v in draft.to_dict().items() if k != "trace"},
             "pins": pins,
             "pins_fingerprint": fingerprint(pins),
             "lost": [{"kind": lost.kind, "value": lost.value, "message_id": lost.message_id}
