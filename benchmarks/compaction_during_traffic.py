@@ -69,6 +69,7 @@ def main() -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
+    from django.conf import settings
     from django.contrib.auth.models import User
     from django.db import connection, connections
 
@@ -80,10 +81,12 @@ def _run(args: argparse.Namespace) -> None:
     suffix = str(time.time_ns())
     user = User.objects.create_user(f"bench-{suffix}", "bench@example.org", "bench-password")
     with FakeLLM([Sleep(args.llm_seconds, Reply(SUMMARY))]) as llm:
+        # The operator offers the fake LLM as the provider "fake"; the profile picks it.
+        settings.CONTEXTLAB_PROVIDERS = llm.provider
         knobs = {"max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400}
         remote = services.profile_create(owner=user, name="remote", knobs={
-            **knobs, "compactor": "openai", "compaction_base_url": llm.base_url, "compaction_model": "fake",
-            "compaction_api_key_env": "", "compaction_timeout": args.llm_seconds + 60, "compaction_retries": 0})
+            **knobs, "compactor": "openai", "compaction_provider": "fake", "compaction_model": "fake",
+            "compaction_timeout": args.llm_seconds + 60, "compaction_retries": 0})
         wide = services.profile_create(owner=user, name="wide", knobs={"max_input_length": 1_000_000})
         compacting = services.session_create(owner=user, system_prompt="You are a coding agent.", profile=remote)
         others = [services.session_create(owner=user, system_prompt="You are a coding agent.", profile=wide)

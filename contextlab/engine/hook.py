@@ -1033,6 +1033,15 @@ class ContextManager:
                 rec.details["stale_reads"] = stale_live
                 rec.reasons.append(f"{len(stale_live)} live read result(s) show an old version of a file "
                                    "written later in the session")
+            # Originals an operator put back since the last turn (contextlab.engine.reinject):
+            # they were appended, so they are among the newest messages.
+            tail = self.messages[-len(self._added):] if self._added else []
+            added = set(self._added) if tail else set()
+            reinjected = [{"message_id": m.id, "source_id": m.metadata["reinjected_from"]}
+                          for m in tail if m.id in added and m.metadata.get("reinjected_from")]
+            if reinjected:
+                rec.details["reinjected"] = reinjected
+                rec.reasons.append(f"{len(reinjected)} original(s) re-injected by the operator")
             trace.payload = {
                 "message_count": len(self.messages),
                 "first_message_id": self.messages[0].id if self.messages else None,
@@ -1041,6 +1050,7 @@ class ContextManager:
                 "removed_ids": self._removed,
                 "changed_ids": sorted(set(self._changed) - set(self._removed)),
                 "pinned_message_ids": pinned,
+                **({"reinjected": reinjected} if reinjected else {}),
                 "summary_version": self.summary_version,
                 "tokens": {"system": system_tokens, "summary": summary_tokens, "messages": message_tokens,
                            "tool_results": tool_tokens, "tools": self.schema_tokens, "total": total},
@@ -1132,7 +1142,9 @@ class ContextManager:
 
     def _export(self, *, history: bool, messages: bool) -> dict[str, Any]:
         live = {m.id for m in self.messages}
-        live_calls = {u.id for m in self.messages for u in m.tool_uses} | set(self._pending_calls)
+        # Runs on every commit: no list per message (``tool_uses`` builds one).
+        live_calls = {b.id for m in self.messages for b in m.content
+                      if isinstance(b, ToolUseBlock)} | set(self._pending_calls)
         # A header (messages=False) leaves fate and ledger out: not worth a pass over them.
         fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live} if messages else {}
         ledger = self.ledger if history else {k: v for k, v in self.ledger.items()
@@ -1152,11 +1164,12 @@ class ContextManager:
             # Token counts travel with the messages, so restoring a session
             # does not re-encode its whole live context.
             "messages": [self.message_form(m) for m in self.messages] if messages else [],
-            "archived_ids": list(self.archived_ids),
+            # A header (messages=False) drops these two: not worth building (they grow with history).
+            "archived_ids": list(self.archived_ids) if messages else [],
             "externalized": dict(self.externalized),
             "fate": fate,
             "ledger": ledger,
-            "ids": sorted(self._ids),
+            "ids": sorted(self._ids) if messages else [],
             "calls": calls,
             "archive_files": sorted(self._archive_files),
             "answered": sorted(self._answered),

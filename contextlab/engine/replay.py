@@ -45,12 +45,16 @@ class ReplayReport:
     archived: int = 0
     live: int = 0
     final_tokens: int = 0
+    tool_definitions: int = 0
+    tool_tokens: int = 0
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
     def summary_line(self) -> str:
         fired = f"{self.compactions} compaction(s)" + (f", {self.evictions} eviction(s)" if self.evictions else "")
-        return (f"{self.transcript}: {self.format}, {self.messages} messages, {self.turns} turns, "
+        tools = (f", {self.tool_definitions} tool definition(s) ({self.tool_tokens:,} tokens a request)"
+                 if self.tool_definitions else "")
+        return (f"{self.transcript}: {self.format}, {self.messages} messages{tools}, {self.turns} turns, "
                 f"{fired}, {self.failures} failure(s), {self.archived} archived, "
                 f"{self.live} live, final payload {self.final_tokens:,} tokens ({self.seconds:.1f} s)")
 
@@ -145,9 +149,13 @@ def _replay(
         out,
         system_prompt=source.system_prompt or "",
         compactor=compactor,  # None: the profile's compactor
+        # The tool definitions the transcript records were part of every
+        # request it made: the budget and the payload count them as a layer.
+        tools=source.tools or None,
     )
     report = ReplayReport(transcript=str(transcript), format=source.format, out_dir=str(out),
-                          messages=len(source.messages), warnings=list(source.warnings))
+                          messages=len(source.messages), warnings=list(source.warnings),
+                          tool_definitions=len(manager.tools), tool_tokens=manager.schema_tokens)
     bar = Progress(len(source.messages), Path(transcript).name, progress)
     started = time.perf_counter()
     with (out / "trace.jsonl").open("w", encoding="utf-8") as trace_file:
@@ -185,6 +193,7 @@ def write_final_context(out: Path, manager: ContextManager, final: TurnResult, *
         "summary": manager.summary,
         "summary_version": manager.summary_version,
         "system_prompt": manager.system_prompt,
+        "tools": manager.tools,
         "live_message_ids": manager.live_ids(),
         "archived_message_ids": list(manager.archived_ids),
         "externalized": dict(manager.externalized),

@@ -15,6 +15,7 @@ from contextlab.sessions.models import (
     AgentSession,
     CompactionRun,
     OffloadedFile,
+    ProfileVersion,
     SessionMessage,
     SummaryVersion,
     Turn,
@@ -42,6 +43,10 @@ class AgentProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     # A form re-shown with invalid values carries them on ``obj``: the engine
     # refuses to build a profile from them, so these read the raw numbers.
+    # Recorded in the profile's history as the admin's change.
+    def save_model(self, request: HttpRequest, obj: AgentProfile, form: Any, change: bool) -> None:
+        obj.save(changed_by=request.user, change_source="admin")
+
     @admin.display(description="threshold (tokens)")
     def derived_threshold(self, obj: AgentProfile) -> str:
         return _derived(obj, "compact_ratio") if obj.pk else "-"
@@ -56,6 +61,21 @@ def _derived(obj: AgentProfile, ratio: str) -> str:
         return f"{int(int(obj.max_input_length) * float(getattr(obj, ratio))):,}"
     except (TypeError, ValueError):
         return "-"
+
+
+@admin.register(ProfileVersion)
+class ProfileVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The history is a record: read it here, change it nowhere."""
+
+    list_display = ("profile", "number", "changed_by", "source", "created")
+    list_filter = ("source",)
+    readonly_fields = ("profile", "number", "changed_by", "source", "changes", "values", "created")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(AgentSession)

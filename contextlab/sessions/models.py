@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.urls import reverse
 from django.utils.timezone import now
 
@@ -38,6 +39,9 @@ from contextlab.engine.profile import (
     Profile,
 )
 from contextlab.lib.textsafe import RepairingJSONDecoder
+from contextlab.sessions import payload_delta
+
+log = logging.getLogger(__name__)
 
 _DEFAULT = Profile()
 # Every knob of the engine's Profile, in its order; "name" is the row's own
@@ -144,6 +148,10 @@ class AgentProfile(models.Model):
     eviction_weight_density = models.FloatField(
         default=_DEFAULT.eviction_weight_density, validators=_bounded("eviction_weight_density"),
         help_text=BOUNDS["eviction_weight_density"].help)
+    # Bumped by every saved change of a knob or the name; each value has its
+    # ProfileVersion row (who, when, what changed), and each turn records the
+    # value it ran under.
+    version = models.PositiveIntegerField(default=1, editable=False)
     created = models.DateTimeField(default=now)
     updated = models.DateTimeField(auto_now=True)
 
@@ -156,6 +164,37 @@ class AgentProfile(models.Model):
 
     def knobs(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in PROFILE_KNOBS}
+
+    def recorded_values(self) -> dict[str, Any]:
+        """The name and every knob as JSON values: what a version records and compares."""
+        values: dict[str, Any] = json.loads(json.dumps({"name": self.name, **self.knobs()}, default=str))
+        return values
+
+    def save(self, *args: Any, changed_by: Any = None, change_source: str = "code", **kwargs: Any) -> None:
+        """Save, and record the change as a new version when a knob or the name changed.
+
+        Every way of changing a profile (the form, the admin, the API, a shell)
+        goes through here, so the history cannot miss one; the callers that know
+        who changed it and from where say so (``changed_by``, ``change_source``).
+        """
+        with transaction.atomic():
+            if self._state.adding or self.pk is None:
+                super().save(*args, **kwargs)
+                ProfileVersion.objects.create(profile=self, number=self.version, changed_by=changed_by,
+                                              source=change_source, changes=[], values=self.recorded_values())
+                return
+            # Locked, so two concurrent saves get two version numbers, in order.
+            stored = AgentProfile.objects.select_for_update().filter(pk=self.pk).first()
+            changes = profile_changes(stored.recorded_values(), self.recorded_values()) if stored else []
+            if stored is not None and changes:
+                self.version = stored.version + 1
+                if kwargs.get("update_fields") is not None:
+                    kwargs["update_fields"] = {*kwargs["update_fields"], "version"}
+            super().save(*args, **kwargs)
+            if changes:
+                ProfileVersion.objects.create(profile=self, number=self.version, changed_by=changed_by,
+                                              source=change_source, changes=changes,
+                                              values=self.recorded_values())
 
     def to_engine(self) -> Profile:
         """The engine's Profile. It carries the provider's URL (shown in traces) and
@@ -203,6 +242,43 @@ class AgentProfile(models.Model):
     @property
     def reserve(self) -> int:
         return self.to_engine().reserve
+
+
+def profile_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """What changed between two recorded states of a profile: ``{field, old, new}`` each, in field order."""
+    return [{"field": name, "old": old.get(name), "new": value}
+            for name, value in new.items() if old.get(name) != value]
+
+
+class ProfileVersion(models.Model):
+    """One saved state of a profile: who made it, when, from where, and what changed."""
+
+    class Source(models.TextChoices):
+        FORM = "form"
+        ADMIN = "admin"
+        API = "api"
+        CODE = "code"
+
+    profile = models.ForeignKey(AgentProfile, models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    changed_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    source = models.CharField(max_length=16, default=Source.CODE)
+    # [{"field", "old", "new"}]; empty for the first version (the profile's creation).
+    changes = models.JSONField(default=list, blank=True)
+    # The name and every knob after this change.
+    values = models.JSONField(default=dict)
+    created = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [models.UniqueConstraint(fields=["profile", "number"], name="profileversion_profile_number_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.profile_id} v{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("cl-profile-version", args=[self.profile_id, self.number])
 
 
 class AgentSessionQuerySet(models.QuerySet["AgentSession"]):
@@ -424,6 +500,46 @@ class SessionMessage(models.Model):
         return rows
 
 
+class _PayloadAttribute:
+    """``turn.payload``: always the whole payload, whatever form the row stores.
+
+    The row holds either the payload itself or a delta against an earlier turn's
+    (``payload_delta``); a delta is rebuilt on first read and kept on the
+    instance. Assigning a list stores it whole; the services assign the stored
+    form and the whole payload they have at hand with ``Turn.set_payload``.
+    """
+
+    def __init__(self, field: models.Field[Any, Any]) -> None:
+        self.field = field
+
+    def __get__(self, instance: Turn | None, cls: type | None = None) -> Any:
+        if instance is None:
+            return self
+        name = self.field.attname
+        if name not in instance.__dict__:
+            instance.refresh_from_db(fields=[name])
+        stored = instance.__dict__[name]
+        if not payload_delta.is_delta(stored):
+            return stored
+        whole = instance.__dict__.get("_payload_whole")
+        if whole is None or whole[0] is not stored:
+            whole = (stored, instance.rebuild_payload(stored))
+            instance.__dict__["_payload_whole"] = whole
+        return whole[1]
+
+    def __set__(self, instance: Turn, value: Any) -> None:
+        instance.__dict__[self.field.attname] = value
+
+
+class PayloadField(models.JSONField):
+    """A JSON column read through ``_PayloadAttribute``, written in its stored form."""
+
+    descriptor_class = _PayloadAttribute
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        return model_instance.__dict__.get(self.attname)
+
+
 class Turn(models.Model):
     """One run of the hook (or of a manual compaction) and its trace."""
 
@@ -434,7 +550,9 @@ class Turn(models.Model):
     policy = models.CharField(max_length=16)
     trace = models.JSONField(decoder=RepairingJSONDecoder)
     # The exact messages sent to the LLM at this turn, in OpenAI's format.
-    payload = models.JSONField(default=list, decoder=RepairingJSONDecoder)
+    # Stored whole, or as a delta against an earlier turn's (``payload_delta``);
+    # reading ``payload`` always gives the whole list.
+    payload = PayloadField(default=list, decoder=RepairingJSONDecoder)
     used_tokens = models.PositiveIntegerField(
         default=0, help_text="system prompt + summary + messages as the hook measured them coming in")
     threshold = models.PositiveIntegerField(default=0)
@@ -445,6 +563,8 @@ class Turn(models.Model):
     summary_version = models.PositiveIntegerField(default=0)
     # What the provider said the call cost, reported by the agent afterwards.
     usage = models.JSONField(null=True, blank=True)
+    # The session's profile version this turn ran under (None: recorded before versions were).
+    profile_version = models.PositiveIntegerField(null=True, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:
@@ -453,6 +573,25 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"turn {self.number}: {self.outcome}"
+
+    def set_payload(self, stored: Any, whole: list[dict[str, Any]]) -> None:
+        """Store ``stored`` (a delta or the list) while reads see ``whole``, which the caller already has."""
+        self.payload = stored
+        if stored is not whole:
+            self.__dict__["_payload_whole"] = (stored, whole)
+
+    def rebuild_payload(self, stored: Any) -> list[dict[str, Any]]:
+        keyframe = stored.get("keyframe")
+        if not isinstance(keyframe, int) or isinstance(keyframe, bool):
+            keyframe = 0
+        rows = dict(Turn.objects.filter(session_id=self.session_id, number__gte=keyframe, number__lt=self.number)
+                    .values_list("number", "payload"))
+        try:
+            return payload_delta.rebuild(self.number, stored, rows)
+        except payload_delta.BrokenChain as exc:
+            # An imported bundle that lost rows: the page shows no payload rather than failing.
+            log.warning("session %s turn %s: payload cannot be rebuilt (%s)", self.session_id, self.number, exc)
+            return []
 
     @property
     def is_failure(self) -> bool:
@@ -500,6 +639,7 @@ class Turn(models.Model):
             "summary_version": self.summary_version,
             "duration_ms": self.duration_ms,
             "usage": self.usage,
+            "profile_version": self.profile_version,
             "created": self.created.isoformat(),
         }
         if full:
@@ -631,3 +771,46 @@ class CompactionRun(models.Model):
         self.error = providers.bounded_upstream_text(error, limit=providers.MAX_RUN_ERROR_CHARS)
         self.finished = now()
         self.save(update_fields=["status", "error", "finished"])
+
+
+class WhatIfRun(models.Model):
+    """A replay of one session under a profile's edited, unsaved knobs: what would have happened.
+
+    Nothing of the session changes: the replay runs on a fresh engine in a
+    temporary workspace, and only this row keeps what it found (``result``).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    profile = models.ForeignKey(AgentProfile, models.CASCADE, related_name="what_ifs")
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="+")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True,
+                                     related_name="+")
+    # The edited knobs as the form held them (``AgentProfile.recorded_values``).
+    values = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    turns_total = models.PositiveIntegerField(default=0, help_text="turns this replay covers (capped)")
+    turns_done = models.PositiveIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(default=now)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"what-if {self.pk} ({self.status})"
+
+    @property
+    def finished_or_failed(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return min(100, 100 * self.turns_done // self.turns_total) if self.turns_total else 0

@@ -73,3 +73,8 @@ def reap_stale_runs() -> list[int]:
 def recover_runs() -> dict[str, list[int]]:
     failed, queued = services.runs_recover()
     return {"failed": failed, "queued": queued}
+
+
+@task()
+def what_if_run(run_id: int) -> str:
+    return str(services.whatif_execute(run_id))

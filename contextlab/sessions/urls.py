@@ -2,7 +2,17 @@ from __future__ import annotations
 
 from django.urls import path
 
-from contextlab.dashboard.views import compaction, files, imports, profiles, search, summaries, timetravel
+from contextlab.dashboard.views import (
+    compaction,
+    files,
+    imports,
+    profiles,
+    reinject,
+    search,
+    summaries,
+    timetravel,
+    what_if,
+)
 from contextlab.sessions import views
 
 urlpatterns = [
@@ -16,6 +26,8 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/payload/", views.session_llm, name="cl-session-llm"),
     path("sessions/<uuid:session_id>/messages/", views.session_messages, name="cl-session-messages"),
     path("sessions/<uuid:session_id>/messages/<int:seq>/", files.message_detail, name="cl-message-detail"),
+    path("sessions/<uuid:session_id>/messages/<int:seq>/reinject/", reinject.message_reinject,
+         name="cl-message-reinject"),
     path("sessions/<uuid:session_id>/ledger/", views.session_ledger, name="cl-session-ledger"),
     path("sessions/<uuid:session_id>/files/<path:path>", files.session_file, name="cl-session-file"),
     path("sessions/<uuid:session_id>/summaries/", summaries.session_summaries, name="cl-session-summaries"),
@@ -32,6 +44,9 @@ urlpatterns = [
     path("profiles/new/", profiles.profile_create, name="cl-profile-create"),
     path("profiles/preview/", profiles.profile_preview, name="cl-profile-preview"),
     path("profiles/<int:profile_id>/", profiles.profile_edit, name="cl-profile-edit"),
+    path("profiles/<int:profile_id>/what-if/", what_if.profile_what_if, name="cl-profile-what-if"),
+    path("profiles/<int:profile_id>/what-if/<int:run_id>/", what_if.profile_what_if_run, name="cl-profile-what-if-run"),
+    path("profiles/<int:profile_id>/versions/<int:number>/", what_if.profile_version, name="cl-profile-version"),
     path("import/", imports.import_start, name="cl-import"),
     path("import/<uuid:session_id>/", imports.import_progress, name="cl-import-progress"),
 ]

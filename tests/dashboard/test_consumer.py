@@ -149,3 +149,31 @@ async def test_it_pushes_a_saved_profile_to_its_sessions_pages():
     html = await _receive_until(communicator, 'id="session-profile"')
     assert 'data-threshold="2400"' in html and 'id="gauge"' in html
     await communicator.disconnect()
+
+
+async def test_it_renders_an_update_once_for_every_viewer_of_the_session(monkeypatch):
+    from contextlab.dashboard import consumers, fragments
+
+    user, session = await _make_session()
+    viewers = [_communicator(session, user) for _ in range(5)]
+    for viewer in viewers:
+        assert (await viewer.connect())[0]
+    renders: list[tuple[str, ...]] = []
+    real = fragments.push_html
+
+    def counted(session_id, names, *, key=None, event=None):
+        renders.append(tuple(sorted(names)))
+        return real(session_id, names, key=key, event=event)
+
+    # The process-wide cache of finished renders is bypassed: only sharing the render itself counts.
+    monkeypatch.setattr(fragments.render_cache, "get", lambda key: None)
+    monkeypatch.setattr(consumers.fragments, "push_html", counted)
+    await database_sync_to_async(services.messages_append)(session=session, messages=tool_turn(1, output_bytes=300))
+    await database_sync_to_async(live.flush)()
+    for viewer in viewers:
+        html = await _receive_until(viewer, 'id="fate-live"')
+        assert 'id="gauge"' in html
+    # One render of the gauge group and one of the lists, whatever the number of viewers.
+    assert len(renders) == 2
+    for viewer in viewers:
+        await viewer.disconnect()

@@ -19,7 +19,7 @@ from django.conf import settings
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 _database = settings.DATABASES["default"]
-if _database["ENGINE"] == "django.db.backends.sqlite3":
+if _database["ENGINE"].endswith("sqlite3"):
     _folder = tempfile.mkdtemp(prefix="contextlab-e2e-db-")
     atexit.register(shutil.rmtree, _folder, ignore_errors=True)
     _database.setdefault("TEST", {})["NAME"] = os.path.join(_folder, "test.sqlite3")

@@ -12,7 +12,8 @@ from tests.corpus import REPO
     "modules",
     [
         pytest.param(
-            ("contextlab.engine", "contextlab.engine.replay", "contextlab.engine.copaw", "contextlab.engine.importers"),
+            ("contextlab.engine", "contextlab.engine.replay", "contextlab.engine.copaw", "contextlab.engine.importers",
+             "contextlab.engine.reinject", "contextlab.engine.whatif"),
             id="engine",
         ),
         pytest.param(

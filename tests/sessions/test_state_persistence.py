@@ -83,3 +83,20 @@ def test_it_loads_a_session_saved_whole_before_the_header(alice_session):
     assert "live_ids" in alice_session.engine_state
     assert not alice_session.messages.filter(status="live", live_form=None).exists()
     assert_nothing_lost(alice_session)
+
+
+def test_it_previews_a_compaction_on_the_kept_engine_without_the_sessions_lock(alice_session, monkeypatch):
+    from contextlab.sessions.services import compaction
+
+    _steps(alice_session, 1, 3)
+    alice_session.refresh_from_db()
+    expected = load_manager(alice_session).preview_compaction().to_dict()
+
+    def no_lock(*args, **kwargs):
+        raise AssertionError("a preview of a kept engine must not lock the session")
+
+    monkeypatch.setattr(compaction, "locked_session", no_lock)
+    # The pages ask on every live update: each time from the kept engine, which stays kept.
+    assert services.compaction_preview(session=alice_session) == expected
+    assert services.compaction_preview(session=alice_session) == expected
+    assert persistence.engines.take(alice_session) is not None

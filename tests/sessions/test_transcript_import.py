@@ -89,3 +89,24 @@ def test_it_removes_a_session_whose_replay_fails(alice):
     assert info.value.field.startswith("messages[")
     assert not AgentSession.objects.exists()
     assert not Turn.objects.exists()
+
+
+SWE_AGENT = TAU_BENCH.parents[1] / "swe-agent" / "replay__marshmallow-1867__function_calling_replace_from_source.traj"
+
+
+@pytest.mark.skipif(not SWE_AGENT.exists(), reason="the shared corpus is not present")
+@pytest.mark.parametrize("background", [False, True])
+def test_it_counts_the_tool_definitions_the_transcript_records_in_every_turn(alice, demo_profile, background):
+    if background:
+        session, run = services.transcript_import_enqueue(owner=alice, path=SWE_AGENT, profile=demo_profile)
+        assert run is not None
+        services.transcript_import_work(run_id=run.pk)
+        session.refresh_from_db()
+    else:
+        session = services.transcript_import(owner=alice, path=SWE_AGENT, profile=demo_profile)
+    turns = list(Turn.objects.filter(session=session))
+    assert turns
+    layers = {turn.trace["payload"]["tokens"]["tools"] for turn in turns}
+    # One fixed layer, the same in every turn, and not empty: the agent's tools.
+    assert len(layers) == 1 and layers.pop() > 100
+    assert_nothing_lost(session)

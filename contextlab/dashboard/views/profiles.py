@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from contextlab.dashboard.announce import profile_announce
 from contextlab.dashboard.forms import ProfileForm, derived_numbers
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest
+from contextlab.dashboard.views.what_if import what_if_context
 from contextlab.engine.errors import InvalidProfile
 from contextlab.sessions.models import AgentProfile
 
@@ -48,14 +49,16 @@ def _edit(request: AuthenticatedHttpRequest, profile: AgentProfile | None) -> Ht
     if request.method == "POST":
         form = ProfileForm(request.POST, instance=profile, owner=request.user)
         if form.is_valid():
-            saved = form.save()
+            saved = form.save(commit=False)
+            saved.save(changed_by=request.user, change_source="form")
             if profile is not None:
                 # Open session pages show the new threshold without a reload.
                 transaction.on_commit(lambda: profile_announce(saved))
             return redirect("cl-profiles")
     else:
         form = ProfileForm(instance=profile, owner=request.user)
-    return render(request, FORM, {"form": form, "profile": profile, **_preview(form)})
+    extra = what_if_context(request, profile) if profile is not None else {}
+    return render(request, FORM, {"form": form, "profile": profile, **_preview(form), **extra})
 
 
 @require_http_methods(["GET", "POST"])

@@ -7,11 +7,16 @@ passes ``check_sequence``. Every message carries ``metadata["source_index"]``
 and ``metadata["source_format"]`` so the dashboard can point back at the record
 it came from.
 
-Besides the seven agent formats, a plain list of OpenAI, Anthropic or
-AgentScope messages (a JSON array, or one message per line like CoPaw's
+Besides the seven agent formats, one recorded chat-completions request (the
+body, or a capture holding it under ``body``) imports as ``openai_request``
+with its tool definitions; a plain list of OpenAI, Anthropic or AgentScope
+messages (a JSON array, or one message per line like CoPaw's
 ``dialog/*.jsonl``) imports as ``openai_messages`` / ``anthropic_messages`` /
 ``agentscope_messages``, and ContextLab's own message form
-(``Message.to_dict()``) as ``contextlab_messages``.
+(``Message.to_dict()``) as ``contextlab_messages``. ``Transcript.tools`` holds
+the tool definitions a format records (OpenHands, SWE-agent in
+function-calling mode, a recorded request); Claude Code, tau-bench, LangGraph,
+DeerFlow and ReMe files record none.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from types import ModuleType
 
 from contextlab.engine.errors import MalformedInput
 from contextlab.engine.importers import (
+    chat_request,
     claude_code,
     contextlab_messages,
     deerflow_sse,
@@ -50,6 +56,7 @@ _IMPORTERS: tuple[ModuleType, ...] = (
     langgraph,
     deerflow_sse,
     reme_list,
+    chat_request,
     contextlab_messages,
     message_list,
 )

@@ -31,6 +31,7 @@ from contextlab.engine.messages import (
     ToolUseBlock,
     check_sequence,
 )
+from contextlab.engine.schemas import check_tools
 from contextlab.engine.unicode import repaired
 
 MAX_DEPTH = 200
@@ -43,6 +44,7 @@ KNOWN_FORMATS: tuple[str, ...] = (
     "langgraph",
     "deerflow_sse",
     "reme_list",
+    "openai_request",
     "openai_messages",
     "anthropic_messages",
     "agentscope_messages",
@@ -66,6 +68,9 @@ class Transcript:
     # Session-level facts that belong to no message: tool schemas, the task and
     # reward of a benchmark run, how many records of each skipped kind there were.
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The tool definitions the transcript records as sent with its requests
+    # (OpenAI chat form), which a replay passes to the engine's tools layer.
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -276,7 +281,8 @@ def lift_system_prompt(messages: list[Message], meta: dict[str, Any]) -> str | N
 
 
 def finish_transcript(
-    fmt: str, messages: list[Message], warnings: list[str], source: Source, metadata: dict[str, Any]
+    fmt: str, messages: list[Message], warnings: list[str], source: Source, metadata: dict[str, Any],
+    *, tools: list[dict[str, Any]] | None = None,
 ) -> Transcript:
     """The transcript of a format whose system prompt, if any, is the first message.
 
@@ -284,7 +290,7 @@ def finish_transcript(
     rest is repaired, so the repair never sees it.
     """
     system_prompt = lift_system_prompt(messages, metadata)
-    return repaired_transcript(fmt, messages, warnings, source, metadata, system_prompt=system_prompt)
+    return repaired_transcript(fmt, messages, warnings, source, metadata, system_prompt=system_prompt, tools=tools)
 
 
 def repaired_transcript(
@@ -295,6 +301,7 @@ def repaired_transcript(
     metadata: dict[str, Any],
     *,
     system_prompt: str | None,
+    tools: list[dict[str, Any]] | None = None,
 ) -> Transcript:
     """The transcript of the repaired ``messages``, for formats that give the system
     prompt apart from them (or not at all); ``warnings`` gets what the repair did."""
@@ -305,7 +312,23 @@ def repaired_transcript(
         warnings=warnings,
         source_path=source.path,
         metadata=metadata,
+        tools=tools or [],
     )
+
+
+def recorded_tools(value: Any, where: str, warnings: list[str]) -> list[dict[str, Any]]:
+    """Tool definitions a transcript records, checked as the chat API takes them.
+
+    A list the engine would refuse is left out with a warning rather than
+    failing the import: the messages are still worth replaying.
+    """
+    if value is None:
+        return []
+    try:
+        return check_tools(value)
+    except MalformedInput as exc:
+        warnings.append(f"{where}: the recorded tool definitions were not used ({exc.message})")
+        return []
 
 
 # -- repair -----------------------------------------------------------------------------

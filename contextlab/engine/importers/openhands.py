@@ -21,6 +21,7 @@ from contextlab.engine.importers._common import (
     Timeline,
     Transcript,
     make_message,
+    recorded_tools,
     repaired_transcript,
 )
 from contextlab.engine.messages import Block, MediaBlock, Message, Role, TextBlock, ToolResultBlock
@@ -170,7 +171,9 @@ def load(source: Source) -> Transcript:
         warnings.append(f"history[{index}] is neither an action nor an observation; skipped")
 
     meta["skipped_records"] = dict(skipped)
-    return repaired_transcript(FORMAT, messages, warnings, source, meta, system_prompt=system_prompt)
+    # The system event records the tool definitions sent with every completion.
+    tools = recorded_tools(meta.get("tools"), "the system event's tools", warnings)
+    return repaired_transcript(FORMAT, messages, warnings, source, meta, system_prompt=system_prompt, tools=tools)
 
 
 def _observation_text(event: dict[str, Any]) -> str:

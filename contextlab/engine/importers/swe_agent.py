@@ -6,17 +6,37 @@
 (a list), and one observation answering several calls is given to the first of
 them, the others pointing back to it. ``trajectory`` (per-step environment
 state) is not what the model saw and is not imported.
+
+A run in function-calling mode (``replay_config.agent.tools.parse_function.type``
+is ``function_calling``) sent its commands as tool definitions. The trajectory
+keeps them only as ``command_docs``, the text SWE-agent renders from the same
+command list (per command its docstring, then ``- name (type) [required]:
+description`` per argument); the definitions are rebuilt from that text, one
+function per command with its docstring as description and its arguments as
+parameters, and carried in ``Transcript.tools``.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
-from contextlab.engine.importers._common import Source, Timeline, Transcript, finish_transcript
+from contextlab.engine.importers._common import (
+    Source,
+    Timeline,
+    Transcript,
+    finish_transcript,
+    recorded_tools,
+)
 from contextlab.engine.importers.message_list import OpenAIRecord, convert_openai_records
 
 FORMAT = "swe_agent"
 _CHAT_KEYS = ("role", "content", "name", "tool_calls")
+# A command starts at a bare "name:" line followed by its indented docstring or
+# signature (a docstring may itself hold "Tips:"-like lines at column 0).
+_COMMAND = re.compile(r"^([A-Za-z_][\w-]*):\n  (?:docstring|signature):", re.MULTILINE)
+_ARGUMENT = re.compile(r"^\s+- (\S+) \(([^)]*)\) \[(required|optional)\]: ?(.*)$", re.MULTILINE)
 
 
 def matches(source: Source) -> bool:
@@ -57,6 +77,54 @@ def _records(history: list[Any], warnings: list[str]) -> list[OpenAIRecord]:
     return out
 
 
+def _tools_config(value: dict[str, Any]) -> dict[str, Any] | None:
+    config = value.get("replay_config")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return None
+    agent = config.get("agent") if isinstance(config, dict) else None
+    tools = agent.get("tools") if isinstance(agent, dict) else None
+    return tools if isinstance(tools, dict) else None
+
+
+def tools_from_command_docs(docs: str) -> list[dict[str, Any]]:
+    """The function definitions a function-calling run sent, rebuilt from ``command_docs``."""
+    starts = list(_COMMAND.finditer(docs))
+    tools: list[dict[str, Any]] = []
+    for number, start in enumerate(starts):
+        end = starts[number + 1].start() if number + 1 < len(starts) else len(docs)
+        body = docs[start.start() + len(start.group(1)) + 2:end]  # after "name:\n"
+        docstring = ""
+        found = re.search(r"^  docstring: (.*?)(?=^  signature:|^  arguments:|\Z)", body, re.MULTILINE | re.DOTALL)
+        if found:
+            docstring = found.group(1).strip()
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        arguments = body.split("\n  arguments:", 1)
+        for arg in _ARGUMENT.finditer(arguments[1] if len(arguments) > 1 else ""):
+            name, kind, need, description = arg.groups()
+            properties[name] = {"type": kind, "description": description.strip()}
+            if need == "required":
+                required.append(name)
+        tools.append({"type": "function", "function": {
+            "name": start.group(1), "description": docstring,
+            "parameters": {"type": "object", "properties": properties, "required": required}}})
+    return tools
+
+
+def _recorded_tools(value: dict[str, Any], warnings: list[str]) -> list[dict[str, Any]]:
+    config = _tools_config(value)
+    if config is None:
+        return []
+    parse = config.get("parse_function")
+    docs = config.get("command_docs")
+    if not isinstance(parse, dict) or parse.get("type") != "function_calling" or not isinstance(docs, str):
+        return []  # the commands went into the prompt text, not as tool definitions
+    return recorded_tools(tools_from_command_docs(docs), "replay_config.agent.tools.command_docs", warnings)
+
+
 def load(source: Source) -> Transcript:
     value: dict[str, Any] = source.value
     warnings: list[str] = []
@@ -67,4 +135,4 @@ def load(source: Source) -> Transcript:
     info = value.get("info")
     if isinstance(info, dict):
         meta.update({k: info[k] for k in ("exit_status", "submission", "model_stats") if k in info})
-    return finish_transcript(FORMAT, messages, warnings, source, meta)
+    return finish_transcript(FORMAT, messages, warnings, source, meta, tools=_recorded_tools(value, warnings))

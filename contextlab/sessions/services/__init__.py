@@ -16,7 +16,9 @@ One module per workflow, so the one you need is found by its name:
 * ``imports``     importing a recorded transcript, now or in the background;
 * ``bundles``     exporting and importing a whole session;
 * ``retention``   pruning expired offloaded tool results;
-* ``memory``      consolidating long-term memory per profile and day.
+* ``memory``      consolidating long-term memory per profile and day;
+* ``what_if``     replaying a session under a profile's edited knobs, as a background run;
+* ``reinject``    putting a compacted or cut message's original back into the live context.
 
 Every function that changes a session runs the engine and writes the result in
 one transaction holding a row lock on the session (``select_for_update``; on
@@ -81,6 +83,7 @@ from contextlab.sessions.services.memory import (
     profile_zone,
 )
 from contextlab.sessions.services.profiles import profile_create, profile_default, profile_resolve
+from contextlab.sessions.services.reinject import message_reinject
 from contextlab.sessions.services.retention import PruneResult, offloaded_prune
 from contextlab.sessions.services.runs import NEVER_STARTED, WORKER_DIED, runs_reap, runs_recover
 from contextlab.sessions.services.turns import (
@@ -98,6 +101,7 @@ from contextlab.sessions.services.turns import (
     session_repeat_pending,
     usage_report,
 )
+from contextlab.sessions.services.what_if import whatif_execute, whatif_stalled, whatif_start
 
 __all__ = [
     "CompactionCancelled", "DraftNotOpen", "DraftStale", "draft_accept", "draft_discard", "dry_run_start",
@@ -110,5 +114,5 @@ __all__ = [
     "profile_resolve", "profile_zone", "reported_prompt_tokens", "run_announce", "runs_reap", "runs_recover",
     "session_advance", "session_advance_pending", "session_announce", "session_create", "session_delete", "session_export",
     "session_import_bundle", "session_new", "session_prepare", "session_repeat_pending", "transcript_import", "transcript_import_enqueue",
-    "transcript_import_work", "usage_report",
+    "transcript_import_work", "usage_report", "message_reinject", "whatif_execute", "whatif_stalled", "whatif_start",
 ]

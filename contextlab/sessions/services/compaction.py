@@ -25,7 +25,7 @@ from contextlab.sessions.services.inputs import (
     check_text,
 )
 from contextlab.sessions.services.live_state import run_announce
-from contextlab.sessions.services.persistence import locked_session, trace_step
+from contextlab.sessions.services.persistence import engines, locked_session, trace_step
 from contextlab.sessions.services.runs import COMPACT_SESSION, run_claim, run_not_queued
 from contextlab.sessions.services.summary_calls import CompactionCancelled, hook_turn
 
@@ -34,8 +34,14 @@ log = logging.getLogger(__name__)
 
 def compaction_preview(*, session: AgentSession) -> dict[str, Any]:
     """Which messages a manual compaction would summarise and which it would keep."""
-    # Under the lock like a turn, because loading the engine may cut back the
-    # archive (see ``load_manager``).
+    # The engine this process keeps for the session's version, when it has one:
+    # a preview only reads it (the pages ask on every live update, and the lock
+    # would queue them behind the writers).
+    with engines.borrowed(session) as kept:
+        if kept is not None:
+            return kept.preview_compaction().to_dict()
+    # Otherwise under the lock like a turn, because loading the engine may cut
+    # back the archive (see ``load_manager``).
     with locked_session(session) as (_, manager):
         return manager.preview_compaction().to_dict()
 

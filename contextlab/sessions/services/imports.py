@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -101,7 +102,7 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
                       "messages": len(transcript.messages)}
     session.save(update_fields=["status", "source"])
     try:
-        _replay(session, transcript.messages)
+        _replay(session, transcript.messages, transcript.tools)
     except BaseException:
         session_delete(session=session)
         raise
@@ -134,9 +135,13 @@ def _zip_import(*, owner: User, source: Path, profile: AgentProfile | None, titl
     return session_import_bundle(owner=owner, data=source, profile=profile)
 
 
-def _replay(session: AgentSession, messages: list[Message],
+def _replay(session: AgentSession, messages: list[Message], tools: list[dict[str, Any]] | None = None,
             progress: Callable[[int, int], None] | None = None) -> None:
     manager = load_manager(session)
+    if tools:
+        # The tool definitions the transcript's agent sent with every call are
+        # a fixed layer of its budget, like the system prompt.
+        manager.set_request_schemas(tools, None)
     originals = {m.id: m for m in messages}
     before: dict[str, int] = {}
 
@@ -211,7 +216,7 @@ def transcript_import_work(*, run_id: int) -> str:
             # A retried run starts from scratch: the replay is deterministic.
             import_reset(session)
             transcript = load_transcript(files[0])
-            _replay(session, transcript.messages,
+            _replay(session, transcript.messages, transcript.tools,
                     progress=lambda done, total: run_announce(run, done=done, total=total))
             session.refresh_from_db()
             with transaction.atomic():

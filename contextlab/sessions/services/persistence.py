@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -17,9 +17,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from contextlab import telemetry
+from contextlab.engine.convert.openai import message_to_openai
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message, block_to_dict
-from contextlab.sessions import compaction_loss
+from contextlab.sessions import compaction_loss, payload_delta
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
     FAILURE_OUTCOMES,
@@ -103,6 +104,20 @@ class EngineCache:
             while len(self._engines) > self.size:
                 self._engines.popitem(last=False)
 
+    @contextlib.contextmanager
+    def borrowed(self, session: AgentSession) -> Iterator[ContextManager | None]:
+        """The engine of ``session``'s version, to read without the session's lock (None when
+        this process holds none). Out of the cache meanwhile, so no writer changes it under
+        the reader; back afterwards unless a writer has kept a newer one."""
+        manager = self.take(session)
+        try:
+            yield manager
+        finally:
+            if manager is not None:
+                with self._lock:
+                    if session.pk not in self._engines:
+                        self._engines[session.pk] = (self.key(session), manager)
+
     def clear(self) -> None:
         with self._lock:
             self._engines.clear()
@@ -120,6 +135,19 @@ class _Held:
     rows: dict[str, Message]
     ledger: dict[str, dict[str, Any]]
     unrowed: set[str]
+    # Each payload message's OpenAI form, by the (immutable) message object it
+    # came from, so a turn converts only the messages that are new or changed.
+    openai: dict[int, tuple[Message, list[dict[str, Any]]]] = field(default_factory=dict)
+    # The last turn this engine wrote: the base of the next turn's stored delta.
+    last_payload: _StoredPayload | None = None
+
+
+@dataclass
+class _StoredPayload:
+    number: int
+    payload: list[dict[str, Any]]
+    keyframe: int
+    depth: int
 
 
 _held: weakref.WeakKeyDictionary[ContextManager, _Held] = weakref.WeakKeyDictionary()
@@ -158,8 +186,10 @@ def locked_session(session: AgentSession, *, keep: bool = True) -> Iterator[tupl
     writes later, or never), so the engine must not go back into the cache as
     if it were the committed state; the caller keeps it itself once written."""
     with transaction.atomic():
+        # The state header is read only when this process holds no current
+        # engine: decoding it on every request would cost what the cache saves.
         locked = (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
-                  .get(pk=session.pk))
+                  .defer("engine_state").get(pk=session.pk))
         if locked.status == AgentSession.Status.IMPORTING:
             raise SessionUnavailable("the session is still being imported; try again when it is done",
                                      field="session")
@@ -271,8 +301,40 @@ def trace_step(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
     return {}
 
 
-def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
+def _openai_payload(held: _Held, result: TurnResult) -> list[dict[str, Any]]:
+    """``result.openai_messages()``, converting only the messages the last turn did not have.
+
+    The forms are shared with the previous turn's list: callers only read them.
+    """
+    known, kept = held.openai, {}
+    payload: list[dict[str, Any]] = []
+    for message in result.payload:
+        entry = known.get(id(message))
+        if entry is None or entry[0] is not message:
+            entry = (message, message_to_openai(message))
+        kept[id(message)] = entry
+        payload.extend(entry[1])
+    held.openai = kept
+    return payload
+
+
+def _stored_payload(held: _Held, number: int, payload: list[dict[str, Any]]) -> Any:
+    """What the turn row stores: a delta against this engine's previous turn when that is
+    the turn just before and the chain is short, else the payload whole."""
+    last = held.last_payload
+    if last is not None and last.number == number - 1 and last.depth < payload_delta.KEYFRAME_EVERY:
+        ops, carried = payload_delta.operations(last.payload, payload)
+        if carried < len(payload):  # at least one message taken from the base
+            held.last_payload = _StoredPayload(number, payload, last.keyframe, last.depth + 1)
+            return payload_delta.encode(last.number, last.keyframe, ops)
+    held.last_payload = _StoredPayload(number, payload, number, 0)
+    return payload
+
+
+def _persist_turn(session: AgentSession, result: TurnResult, held: _Held) -> Turn:
     trace = result.trace.to_dict()
+    payload = _openai_payload(held, result)
+    stored = _stored_payload(held, int(trace["turn"]), payload)
     gate = trace_step(trace, "gate").get("numbers") or {}
     archived = (trace_step(trace, "mark_compressed").get("numbers") or {}).get("archived") or 0
     budget = trace.get("budget") or {}
@@ -284,7 +346,7 @@ def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
             "outcome": trace["outcome"],
             "policy": trace["policy"],
             "trace": trace,
-            "payload": result.openai_messages(),
+            "payload": stored,
             "used_tokens": int(gate.get("used", 0)) + int(gate.get("messages_tokens", 0)),
             "threshold": int(budget.get("threshold", 0)),
             "window": int(budget.get("window", 0)),
@@ -292,8 +354,12 @@ def _persist_turn(session: AgentSession, result: TurnResult) -> Turn:
             "compacted_count": int(archived),
             "duration_ms": float(trace.get("duration_ms") or 0.0),
             "summary_version": int(trace["payload"].get("summary_version") or 0),
+            # The profile's version now: the engine of this step was built from it
+            # (the engine cache is keyed by the profile's last change).
+            "profile_version": session.profile.version,
         },
     )
+    turn.set_payload(stored, payload)
     session.tokens_used = turn.payload_tokens
     if created:
         session.compactions_count += int(turn.outcome in COMPACTION_OUTCOMES)
@@ -353,7 +419,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     state header (never the live context as a whole)."""
     held = _held.setdefault(manager, _Held({}, {}, set()))
     left_live = _persist_messages(session, manager, before, originals or {})
-    turn = _persist_turn(session, result) if result is not None else None
+    turn = _persist_turn(session, result, held) if result is not None else None
     new_summary = _persist_summaries(session, manager)
     _persist_offloaded(session, manager, left_live=left_live)
     if new_summary:

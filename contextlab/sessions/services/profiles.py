@@ -28,8 +28,10 @@ def profile_default(*, owner: User) -> AgentProfile:
     return profile
 
 
-def profile_create(*, owner: User, name: str, knobs: Mapping[str, Any]) -> AgentProfile:
-    """Create a profile from knob values; errors name the knob (``InvalidProfile``)."""
+def profile_create(*, owner: User, name: str, knobs: Mapping[str, Any], change_source: str = "code") -> AgentProfile:
+    """Create a profile from knob values; errors name the knob (``InvalidProfile``).
+
+    ``change_source`` says where the creation came from in the profile's history ("api")."""
     name = check_text(name, "name", max_length=100).strip()
     if not name:
         raise InvalidProfile("a profile needs a name", field="name")
@@ -56,16 +58,16 @@ def profile_create(*, owner: User, name: str, knobs: Mapping[str, Any]) -> Agent
     except ValidationError as exc:
         field, messages = next(iter(exc.message_dict.items()))
         raise InvalidProfile(" ".join(messages), field=field) from exc
-    profile.save()
+    profile.save(changed_by=owner, change_source=change_source)
     return profile
 
 
-def profile_resolve(*, owner: User, ref: Any) -> AgentProfile:
+def profile_resolve(*, owner: User, ref: Any, change_source: str = "code") -> AgentProfile:
     """A profile of ``owner`` by id, by name, or created from an object of knobs."""
     if isinstance(ref, dict):
         knobs = dict(ref)
         name = knobs.pop("name", None) or f"profile-{uuid.uuid4().hex[:8]}"
-        return profile_create(owner=owner, name=name, knobs=knobs)
+        return profile_create(owner=owner, name=name, knobs=knobs, change_source=change_source)
     profiles = AgentProfile.objects.filter(owner=owner)
     found: AgentProfile | None = None
     if isinstance(ref, int) and not isinstance(ref, bool):

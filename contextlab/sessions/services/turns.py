@@ -70,7 +70,7 @@ def messages_append(*, session: AgentSession, messages: Any) -> list[SessionMess
     """
     raw = check_raw_messages(messages)
     with locked_session(session) as (locked, manager):
-        known_calls = {call_id: call["name"] for call_id, call in (locked.engine_state.get("calls") or {}).items()}
+        known_calls = manager.call_names()
         parsed = convert_messages(raw, known_calls)
         check_message_ids(parsed)
         before = fate_sizes(manager)
@@ -89,7 +89,7 @@ def messages_append_openai(*, session: AgentSession, messages: list[dict[str, An
     """
     raw = check_raw_messages(messages)
     with locked_session(session) as (locked, manager):
-        known_calls = {call_id: call["name"] for call_id, call in (locked.engine_state.get("calls") or {}).items()}
+        known_calls = manager.call_names()
         parsed = from_openai(raw, known_calls=known_calls)
         check_message_ids(parsed)
         before = fate_sizes(manager)
@@ -145,7 +145,7 @@ def session_advance(*, session: AgentSession, messages: list[dict[str, Any]],
             manager.set_request_schemas(*request_schemas)
         if not messages:
             return []
-        known_calls = {call_id: call["name"] for call_id, call in (locked.engine_state.get("calls") or {}).items()}
+        known_calls = manager.call_names()
         parsed = from_openai(messages, known_calls=known_calls)
         check_message_ids(parsed)
         manager.append(parsed)

@@ -13,7 +13,7 @@ import tempfile
 from django.conf import settings
 
 _database = settings.DATABASES["default"]
-if _database["ENGINE"] == "django.db.backends.sqlite3" and not _database.get("TEST", {}).get("NAME"):
+if _database["ENGINE"].endswith("sqlite3") and not _database.get("TEST", {}).get("NAME"):
     _folder = tempfile.mkdtemp(prefix="contextlab-concurrency-db-")
     atexit.register(shutil.rmtree, _folder, ignore_errors=True)
     _database.setdefault("TEST", {})["NAME"] = os.path.join(_folder, "test.sqlite3")
