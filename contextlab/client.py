@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -105,6 +106,49 @@ class ContextLabClient:
         """Manual compaction (``/compact [instruction]``), or with ``preview`` only the planned split."""
         return self._json("POST", f"/sessions/{session_id}/compact",
                           {"instruction": instruction, "preview": preview})
+
+    # -- compaction as a review ----------------------------------------------------------
+    def dry_run(self, session_id: str, instruction: str | None = None) -> dict[str, Any]:
+        """Start a dry run with the profile's compactor; returns the run (poll ``run`` for its draft)."""
+        return dict(self._json("POST", f"/sessions/{session_id}/dry-runs", {"instruction": instruction})["run"])
+
+    def run(self, session_id: str, run_id: int) -> dict[str, Any]:
+        """A compaction, import or dry run; a dry run's ``draft`` once its status is "draft"."""
+        return self._json("GET", f"/sessions/{session_id}/runs/{run_id}")
+
+    def wait_for_run(self, session_id: str, run_id: int, *, timeout: float = 120.0,
+                     interval: float = 0.5) -> dict[str, Any]:
+        """Poll a run until it is no longer queued or running."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.run(session_id, run_id)
+            if run["status"] not in ("queued", "running") or time.monotonic() > deadline:
+                return run
+            time.sleep(interval)
+
+    def accept_draft(self, session_id: str, run_id: int) -> dict[str, Any]:
+        """Commit exactly the reviewed draft; ``ApiError`` 409 when it is stale (run a new dry run)."""
+        return self._json("POST", f"/sessions/{session_id}/runs/{run_id}/accept", {})
+
+    def discard_draft(self, session_id: str, run_id: int) -> dict[str, Any]:
+        return self._json("POST", f"/sessions/{session_id}/runs/{run_id}/discard", {})
+
+    def cancel_run(self, session_id: str, run_id: int) -> dict[str, Any]:
+        """Cancel a queued or running compaction or dry run; nothing of it is committed."""
+        return self._json("POST", f"/sessions/{session_id}/runs/{run_id}/cancel", {})
+
+    def pins(self, session_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/sessions/{session_id}/pins")
+
+    def pin(self, session_id: str, *, message_id: str | None = None, fact: str | None = None,
+            remove: bool = False) -> dict[str, Any]:
+        """Pin (or with ``remove`` unpin) a live message or a fact for the coming compactions."""
+        if (message_id is None) == (fact is None):
+            raise ValueError("give exactly one of message_id and fact")
+        kind = "message" if message_id is not None else "fact"
+        body: dict[str, Any] = {"action": f"{'unpin' if remove else 'pin'}_{kind}"}
+        body["message_id" if message_id is not None else "fact"] = message_id if message_id is not None else fact
+        return self._json("POST", f"/sessions/{session_id}/pins", body)
 
     def turns(self, session_id: str, *, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         data = self._json("GET", f"/sessions/{session_id}/turns?after={after}&limit={limit}")

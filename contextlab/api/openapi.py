@@ -18,6 +18,7 @@ from django.urls import URLPattern, URLResolver
 
 from contextlab import providers
 from contextlab.engine.messages import ROLES
+from contextlab.engine.pins import MAX_FACT_CHARS
 from contextlab.engine.profile import BOUNDS, POLICIES, known_timezones
 from contextlab.engine.trace import OUTCOMES
 from contextlab.insights.services import MAX_QUERY_CHARS, MAX_RECALL_LIMIT
@@ -127,6 +128,37 @@ SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"
 # The most rows one page of a list holds.
 MAX_PAGE = 200
 
+RUN_ACTIONS = {
+    "accept": "Commit exactly the reviewed draft of a dry run (no second compactor call)",
+    "discard": "Drop the draft of a dry run; nothing was committed",
+    "cancel": "Cancel a queued or running compaction or dry run; nothing of it is committed",
+}
+RUN_ID = {"name": "run_id", "in": "path", "required": True,
+          "schema": {"type": "integer", "format": "int64", "minimum": 0}}
+
+
+def _run_action(action: str, summary: str) -> dict[str, Any]:
+    ok: dict[str, Any] = {"run": {"$ref": "#/components/schemas/CompactionRun"}}
+    if action == "accept":
+        ok["turn"] = {"$ref": "#/components/schemas/Turn"}
+    return {
+        "parameters": [SESSION_ID, RUN_ID],
+        "post": {
+            "summary": summary,
+            # One view serves the three actions: each needs its own id.
+            "operationId": f"session_run_{action}_post",
+            "description": "409 when the draft is stale (the session moved so that committing would store "
+                           "another summary than the one reviewed) or the run is not in a state the action "
+                           "applies to; nothing is committed then.",
+            "responses": {
+                "200": _json({"type": "object", "required": list(ok), "properties": ok,
+                              "additionalProperties": False}),
+                "409": _json({"allOf": [{"$ref": "#/components/schemas/Error"}, {"type": "object", "properties": {
+                    "run": {"$ref": "#/components/schemas/CompactionRun"}}}]}, "Stale draft, or nothing to do"),
+                **_errors(404)},
+        },
+    }
+
 _INT = {"type": "integer"}
 # Ids, numbers and offsets a client sends: the databases store 64-bit integers.
 _INT64 = {"type": "integer", "format": "int64"}
@@ -181,6 +213,14 @@ RECALL = _body({
     "inject": {"type": "boolean", "default": False},
 })
 RECALL["required"] = ["query"]
+DRY_RUN = _body({"instruction": {**_NULL_STR, "maxLength": MAX_INSTRUCTION_LENGTH}})
+PIN_ACTIONS = ("pin_message", "unpin_message", "pin_fact", "unpin_fact")
+PINS_CHANGE = _body({
+    "action": {**_STR, "enum": list(PIN_ACTIONS)},
+    "message_id": {**_STR, "minLength": 1, "maxLength": 200, "pattern": r"\S", "description": "pin_message, unpin_message"},
+    "fact": {**_STR, "minLength": 1, "maxLength": MAX_FACT_CHARS, "pattern": r"\S",
+             "description": "pin_fact, unpin_fact"},
+}, required=("action",))
 # Examples of requests that succeed: a reader's starting point, and the
 # fuzzer's examples phase sends each of them.
 SESSION_CREATE["example"] = {"system_prompt": "You are a careful coding agent.", "title": "Fix the nightly build"}
@@ -194,6 +234,8 @@ PREPARE["example"] = {"tools": [{"type": "function", "function": {
     "name": "run_shell", "description": "Run a shell command",
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]}
 USAGE_REPORT["example"] = {"turn": 1, "usage": {"prompt_tokens": 1234, "completion_tokens": 56}}
+DRY_RUN["example"] = {"instruction": "Keep the target names."}
+PINS_CHANGE["example"] = {"action": "pin_fact", "fact": "The database is /srv/db.sqlite"}
 COMPACT["example"] = {"instruction": "Keep the target names.", "preview": False, "background": False}
 RECALL["example"] = {"query": "make t1", "limit": 5, "inject": False}
 # The import form's fields; "background" takes these spellings of yes and no.
@@ -230,6 +272,13 @@ def _answer(properties: dict[str, Any], *, closed: bool = True) -> dict[str, Any
     schema: dict[str, Any] = {"type": "object", "required": list(properties), "properties": properties}
     if closed:
         schema["additionalProperties"] = False
+    return schema
+
+
+def _answer_with_optional(properties: dict[str, Any], *, optional: dict[str, Any]) -> dict[str, Any]:
+    """Like ``_answer``, plus keys only some answers carry."""
+    schema = _answer({**properties, **optional})
+    schema["required"] = list(properties)
     return schema
 
 
@@ -350,13 +399,33 @@ SCHEMAS: dict[str, Any] = {
         "fallback": {"type": "boolean"}, "compacted_ids": {"type": "array", "items": _STR},
         "created": {"type": "string", "format": "date-time"},
     }),
-    "CompactionRun": _answer({
-        "id": _INT, "status": _enum(CompactionRun.Status.values),
+    "CompactionRun": _answer_with_optional({
+        "id": _INT, "kind": _enum(CompactionRun.Kind.values), "status": _enum(CompactionRun.Status.values),
         "trigger": _STR, "instruction": _STR, "error": _STR, "turn": _NULL_INT, "outcome": _STR,
+        "state_version": {**_NULL_INT, "description": "a dry run: the session's state version it was made on"},
         "created": {"type": "string", "format": "date-time"},
         "started": {"type": "string", "format": "date-time", "nullable": True},
         "finished": {"type": "string", "format": "date-time", "nullable": True},
+    }, optional={
+        "draft": {"allOf": [_ref("Draft")], "nullable": True,
+                  "description": "a dry run read on its own (GET the run, or an action's answer): what accepting "
+                                 "it would commit, once made"},
     }),
+    "Draft": _answer({
+        "summary": {**_NULL_STR, "description": "the exact text accept stores; null: the summary failed and "
+                                                "the previous one would stay"},
+        "previous_summary": _NULL_STR, "summary_version": _INT, "outcome": _STR,
+        "compact_ids": {"type": "array", "items": _STR}, "keep_ids": {"type": "array", "items": _STR},
+        "pins": _ref("Pins"),
+        "lost": {"type": "array", "items": _answer({"kind": _STR, "value": _STR, "message_id": _STR})},
+        "lost_count": {**_INT, "description": "identifiers of the compacted messages found neither in the "
+                                              "draft nor in a file it names"},
+        "failure": _NULL_STR,
+    }),
+    "Pins": {**_answer({"message_ids": {"type": "array", "items": _STR},
+                        "facts": {"type": "array", "items": _STR}}),
+             "description": "pinned messages stay live through compactions (or go with their identifiers in the "
+                            "summary); pinned facts go into the summary"},
     "SplitPreview": {
         "type": "object",
         "properties": {
@@ -509,6 +578,34 @@ def _document(server_url: str) -> dict[str, Any]:
                                             "schema": {**_INT64, "minimum": 0}}],
                 "get": {"summary": "One compaction or import run: queued, running, done or failed",
                         "responses": {"200": _json(_ref("CompactionRun")), **_errors(404)}},
+            },
+            "/sessions/{session_id}/dry-runs": {
+                "parameters": [SESSION_ID],
+                "post": {
+                    "summary": "Dry run a manual compaction with the profile's compactor (a background run)",
+                    "description": "Nothing is committed; when the run's status is 'draft', GET the run for the "
+                                   "draft, then accept or discard it.",
+                    "requestBody": _request(DRY_RUN, required=False),
+                    "responses": {"202": _json({"type": "object", "required": ["run"], "additionalProperties": False,
+                                                "properties": {"run": _ref("CompactionRun")}}, "Queued"),
+                                  **_errors(400, 404, 409, 413)},
+                },
+            },
+            **{f"/sessions/{{session_id}}/runs/{{run_id}}/{action}": _run_action(action, summary)
+               for action, summary in RUN_ACTIONS.items()},
+            "/sessions/{session_id}/pins": {
+                "parameters": [SESSION_ID],
+                "get": {"summary": "What is pinned for the coming compactions",
+                        "responses": {"200": _json(_ref("Pins")), **_errors(404)}},
+                "post": {
+                    "summary": "Pin or unpin a live message or a fact",
+                    "description": "pin_message and unpin_message take message_id (pin_message: a live "
+                                   "message of the session); pin_fact and unpin_fact take fact. A missing "
+                                   "field, a message that is not live or a full pin list answer 400 naming "
+                                   "the field.",
+                    "requestBody": _request(PINS_CHANGE),
+                    "responses": {"200": _json(_ref("Pins")), **_errors(400, 404, 409, 413)},
+                },
             },
             "/sessions/{session_id}/turns": {
                 "parameters": [SESSION_ID],

@@ -18,10 +18,13 @@ from django.views.decorators.http import require_GET
 from contextlab.api.decorators import ApiError, ApiRequest, authorize, error, json_body, require_methods
 from contextlab.api.openapi import (
     COMPACT,
+    DRY_RUN,
     IMPORT_FORM,
     MAX_PAGE,
     MESSAGES_APPEND,
     NO,
+    PIN_ACTIONS,
+    PINS_CHANGE,
     PREPARE,
     SESSION_CREATE,
     USAGE_REPORT,
@@ -29,8 +32,10 @@ from contextlab.api.openapi import (
     schema,
 )
 from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.pins import MAX_FACT_CHARS
 from contextlab.sessions import services
-from contextlab.sessions.models import AgentProfile, AgentSession, Turn
+from contextlab.sessions.models import AgentProfile, AgentSession, CompactionRun, Turn
+from contextlab.sessions.services.inputs import MAX_INSTRUCTION_LENGTH
 
 # The largest integer SQLite and PostgreSQL (bigint) store: a bigger one in a
 # query is a client's error, not a database error.
@@ -246,15 +251,110 @@ def session_compact(request: ApiRequest, session_id: UUID) -> HttpResponse:
     return JsonResponse({"run": run.to_dict(), "turn": turn.to_dict(), "trace": turn.trace})
 
 
+def _run(session: AgentSession, run_id: int) -> CompactionRun:
+    run = session.compaction_runs.select_related("session").filter(pk=run_id).first()
+    if run is None:
+        raise ApiError(404, f"the session has no run {run_id}", "run")
+    return run
+
+
+def _run_dict(run: CompactionRun) -> dict[str, Any]:
+    """A run, with its draft when it is a dry run that made one (the planned answer stays inside)."""
+    data = run.to_dict()
+    if run.kind == CompactionRun.Kind.DRY_RUN:
+        stored = run.draft or {}
+        draft = stored.get("draft")
+        data["draft"] = None if draft is None else {
+            "summary": draft["summary"], "previous_summary": draft["previous_summary"],
+            "summary_version": draft["summary_version"], "outcome": draft["outcome"],
+            "compact_ids": draft["compact_ids"], "keep_ids": draft["keep_ids"], "pins": draft["pins"],
+            "lost": stored.get("lost") or [], "lost_count": stored.get("lost_count") or 0,
+            "failure": stored.get("failure")}
+    return data
+
+
 @csrf_exempt
 @require_methods("GET")
 @authorize
 def session_run(request: ApiRequest, session_id: UUID, run_id: int) -> HttpResponse:
     session = _session(request, session_id)
-    run = session.compaction_runs.filter(pk=run_id).first()
-    if run is None:
-        raise ApiError(404, f"the session has no run {run_id}", "run")
-    return JsonResponse(run.to_dict())
+    return JsonResponse(_run_dict(_run(session, run_id)))
+
+
+@csrf_exempt
+@require_methods("POST")
+@authorize
+def session_dry_runs(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    """Start a dry run with the profile's compactor: a background run whose draft commits nothing."""
+    session = _session(request, session_id)
+    body = json_body(request, DRY_RUN)
+    instruction = body.get("instruction")
+    if instruction is not None and not isinstance(instruction, str):
+        raise ApiError(400, "instruction must be a string", "instruction")
+    if instruction is not None and len(instruction) > MAX_INSTRUCTION_LENGTH:
+        raise ApiError(400, f"instruction holds at most {MAX_INSTRUCTION_LENGTH} characters", "instruction")
+    try:
+        run = services.dry_run_start(session=session, instruction=instruction, requested_by=request.user)
+    except services.RunInProgress as exc:
+        raise ApiError(409, exc.message, exc.field) from exc
+    return JsonResponse({"run": _run_dict(run)}, status=202)
+
+
+@csrf_exempt
+@require_methods("POST")
+@authorize
+def session_run_action(request: ApiRequest, session_id: UUID, run_id: int, action: str) -> HttpResponse:
+    """accept (commit the draft as reviewed), discard (drop it), cancel (a queued or running run)."""
+    session = _session(request, session_id)
+    run = _run(session, run_id)
+    try:
+        if action == "accept":
+            services.draft_accept(run=run)
+            assert run.turn_number is not None
+            turn = session.turns.get(number=run.turn_number)
+            return JsonResponse({"run": _run_dict(run), "turn": turn.to_dict()})
+        if action == "discard":
+            services.draft_discard(run=run)
+        else:
+            services.run_cancel(run=run)
+    except (services.DraftStale, services.DraftNotOpen) as exc:
+        run.refresh_from_db()
+        return error(409, exc.message, exc.field, run=_run_dict(run))
+    return JsonResponse({"run": _run_dict(run)})
+
+
+@csrf_exempt
+@require_methods("GET", "POST")
+@authorize
+def session_pins(request: ApiRequest, session_id: UUID) -> HttpResponse:
+    """The session's pins; POST {action, message_id | fact} changes them."""
+    session = _session(request, session_id)
+    if request.method == "GET":
+        return JsonResponse(services.pins_of(session).to_dict())
+    body = json_body(request, PINS_CHANGE)
+    action = body.get("action")
+    if action not in PIN_ACTIONS:
+        raise ApiError(400, f"action must be one of {', '.join(PIN_ACTIONS)}", "action")
+    # Each field as the document bounds it, whichever action it came with (and
+    # before any clean-up of whitespace).
+    for field, limit in (("message_id", 200), ("fact", MAX_FACT_CHARS)):
+        if field not in body:
+            continue
+        given = body[field]
+        if not isinstance(given, str) or not given.strip() or len(given) > limit:
+            raise ApiError(400, f"{field} must be a string of 1 to {limit} characters, not only spaces", field)
+    name = "fact" if action.endswith("_fact") else "message_id"
+    value = body.get(name)
+    if value is None:
+        raise ApiError(400, f"{action} needs {name}", name)
+    change = {"pin_message": services.pin_message, "unpin_message": services.unpin_message}
+    if name == "message_id":
+        pins = change[action](session=session, message_id=value)
+    elif action == "pin_fact":
+        pins = services.pin_fact(session=session, fact=value)
+    else:
+        pins = services.unpin_fact(session=session, fact=value)
+    return JsonResponse(pins.to_dict())
 
 
 @csrf_exempt

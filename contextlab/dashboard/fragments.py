@@ -444,8 +444,11 @@ def compaction_context(session: AgentSession, *, event: Mapping[str, Any] | None
     if event and runs and event.get("run_id") == (active or runs[0]).pk:
         progress = {k: event[k] for k in ("steps", "done", "total") if k in event}
     blocker = None if active else compaction_blocker(session)
+    from contextlab.dashboard.review import review_context  # it reads this module's helpers
+
     return {"runs": runs, "active_run": active, "run_progress": progress,
-            "can_compact": active is None and blocker is None, "compact_blocker": blocker}
+            "can_compact": active is None and blocker is None, "compact_blocker": blocker,
+            **review_context(session)}
 
 
 def compaction_blocker(session: AgentSession) -> str | None:

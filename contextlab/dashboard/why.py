@@ -37,7 +37,7 @@ def _file_url(session: AgentSession, path: str, line: int | None = None) -> str:
     return f"{url}?line={line}" if line else url
 
 
-def _story_hit(result: SearchResult) -> MessageHit | None:
+def story_hit(result: SearchResult) -> MessageHit | None:
     """The oldest message that held the string and no longer shows it live; else the oldest."""
     gone = [hit for hit in result.messages if not (hit.message.is_live and hit.in_current)]
     hits = gone or result.messages
@@ -47,7 +47,7 @@ def _story_hit(result: SearchResult) -> MessageHit | None:
 def why_lost(session: AgentSession, result: SearchResult | None) -> list[Part]:
     if result is None or not result.messages:
         return []
-    hit = _story_hit(result)
+    hit = story_hit(result)
     if hit is None:
         return []
     m = hit.message

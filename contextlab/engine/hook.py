@@ -44,6 +44,7 @@ from contextlab.engine.messages import (
     parse_timestamp,
     utc_now_iso,
 )
+from contextlab.engine.pins import MAX_FACTS, MAX_PINNED_MESSAGES, Pins, clean_fact
 from contextlab.engine.policy import Policy, build_policy
 from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
 from contextlab.engine.prompts import language_of_summary, summary_language
@@ -51,7 +52,9 @@ from contextlab.engine.schemas import check_response_format, check_tools
 from contextlab.engine.schemas import schema_tokens as count_schema_tokens
 from contextlab.engine.split import SplitPlan, SplitPreview
 from contextlab.engine.staged import (
+    CompactionDraft,
     CompactionPlan,
+    DryArchive,
     DryOffloadStore,
     PlannedCompactor,
     PlannedSummary,
@@ -241,6 +244,10 @@ class ContextManager:
         # The newest user message pinned by the last compaction (contextlab):
         # live = pinned + a contiguous suffix, until the next compaction.
         self.pinned_ids: list[str] = []
+        # What a person pinned for the coming compactions (see ``pins``).
+        self.pins = Pins()
+        # False on the throwaway copy of a dry run: no index, dump or note file is written.
+        self.writes_files = True
         # What changed in the payload since the previous turn; the trace stores
         # these deltas instead of the whole id list, so a long session's trace
         # stays linear in size and a turn's cost does not grow with the session.
@@ -690,13 +697,7 @@ class ContextManager:
         """
         if not self._may_summarise(manual=manual):
             return None
-        # A deep copy: the exported state shares its fate lists and ledger
-        # entries with this engine, and the dry run appends to them.
-        clone = ContextManager.from_state(self.profile, self.workspace, copy.deepcopy(self.export_state()),
-                                          compactor=PlanningCompactor(self.compactor.name))
-        clone.offload = DryOffloadStore(self.workspace)
-        clone.memory_workspace = None
-        clone.clock = self.clock
+        clone = self._dry_copy(PlanningCompactor(self.compactor.name))
         try:
             if manual:
                 clone.compact(instruction)
@@ -708,6 +709,68 @@ class ContextManager:
                 summary_version=self.summary_version, live_ids=[m.id for m in self.messages],
                 compact_ids=[m.id for m in needed.request.messages], request=needed.request)
         return None
+
+    def _dry_copy(self, compactor: Compactor) -> ContextManager:
+        """A throwaway copy of this engine that writes no file of the workspace."""
+        # A deep copy: the exported state shares its fate lists and ledger
+        # entries with this engine, and the dry run appends to them.
+        clone = ContextManager.from_state(self.profile, self.workspace, copy.deepcopy(self.export_state()),
+                                          compactor=compactor)
+        clone.offload = DryOffloadStore(self.workspace)
+        clone.archive = DryArchive(self.workspace)
+        clone.memory_workspace = None
+        clone.writes_files = False
+        clone.clock = self.clock
+        return clone
+
+    def draft_compaction(self, planned: PlannedSummary) -> CompactionDraft:
+        """What committing ``planned`` (a manual plan) would do now, without doing it.
+
+        The commit turn runs on a throwaway copy, so the draft's summary is the
+        exact text ``compact(planned=planned)`` would store on this state;
+        ``StalePlan`` when the plan no longer applies.
+        """
+        clone = self._dry_copy(self.compactor)
+        result = clone.compact(planned.plan.instruction, planned=planned)
+        check = result.trace.get("context_check")
+        changed = clone.summary_version != self.summary_version
+        return CompactionDraft(
+            outcome=result.trace.outcome or "",
+            summary=clone.summary if changed else None,
+            previous_summary=self.summary,
+            summary_version=clone.summary_version,
+            compact_ids=list(check.details.get("compact_ids", [])) if check else [],
+            keep_ids=list(check.details.get("keep_ids", [])) if check else [],
+            pins=self.pins.to_dict(),
+            trace=result.trace.to_dict())
+
+    # ------------------------------------------------------------------ pins
+    def pin_message(self, message_id: str) -> None:
+        """Keep a live message through the coming compactions (see ``pins``)."""
+        if message_id not in {m.id for m in self.messages}:
+            raise MalformedInput(f"message {message_id!r} is not in the live context: only a live message "
+                                 "can be pinned", field="message_id")
+        if message_id in self.pins.message_ids:
+            return
+        if len(self.pins.message_ids) >= MAX_PINNED_MESSAGES:
+            raise MalformedInput(f"at most {MAX_PINNED_MESSAGES} messages can be pinned", field="message_id")
+        self.pins.message_ids.append(message_id)
+
+    def unpin_message(self, message_id: str) -> None:
+        self.pins.message_ids = [m for m in self.pins.message_ids if m != message_id]
+
+    def pin_fact(self, text: str) -> str:
+        """A fact every coming summary must state; returns it as stored."""
+        fact = clean_fact(text)
+        if fact not in self.pins.facts:
+            if len(self.pins.facts) >= MAX_FACTS:
+                raise MalformedInput(f"at most {MAX_FACTS} facts can be pinned", field="fact")
+            self.pins.facts.append(fact)
+        return fact
+
+    def unpin_fact(self, text: str) -> None:
+        fact = " ".join(str(text).split())
+        self.pins.facts = [f for f in self.pins.facts if f != fact]
 
     def _may_summarise(self, *, manual: bool) -> bool:
         """Cheap and never wrong the wrong way: False only when the turn surely makes no summary call."""
@@ -816,12 +879,14 @@ class ContextManager:
         check = keep_identifiers(summary, [self.original(m) for m in to_compact],
                                  version=self.summary_version + 1, language=self.summary_language or "en",
                                  line_chars=line_chars_for_window(self.profile.max_input_length))
-        if check.index_entry:
+        if check.index_entry and self.writes_files:
             append_index(self.workspace, check.index_entry)
         return check.summary
 
     def save_invalid_summary(self, trace: TurnTrace, reason: str, raw: dict[str, Any]) -> str:
         name = f"compact_invalid_{uuid.uuid4().hex[:8]}.json"
+        if not self.writes_files:
+            return name
         data = {"turn": trace.turn, "policy": self.profile.policy, "reason": reason, "saved_at": utc_now_iso(), **raw}
         (self.workspace / name).write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str),
                                            encoding="utf-8")
@@ -1123,6 +1188,7 @@ class ContextManager:
             "recent": list(self._recent),
             "slid_out": list(self._slid_out),
             "pinned_ids": list(self.pinned_ids),
+            "pins": self.pins.to_dict(),
             # The delta since the last turn: an append saved in one request and
             # the hook run in the next must still show the appended messages.
             "pending_delta": {"added": list(self._added), "changed": list(self._changed),
@@ -1171,6 +1237,7 @@ class ContextManager:
         manager._recent = deque(state.get("recent", []))
         manager._slid_out = list(state.get("slid_out", []))
         manager.pinned_ids = list(state.get("pinned_ids", []))
+        manager.pins = Pins.from_dict(state.get("pins"))
         manager._archive_files = set(state.get("archive_files", []))
         manager.files = LiveFileTracker.from_dict(state.get("files") or {})
         delta = state.get("pending_delta") or {}

@@ -9,6 +9,7 @@ the window; a last-resort re-cut of tool output so the payload fits.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from contextlab.engine import copaw
@@ -17,6 +18,7 @@ from contextlab.engine.copaw_shape import local_date
 from contextlab.engine.errors import CompactorFailed
 from contextlab.engine.flaw_notes import note_estimator_flaws, note_split_flaws, note_truncation_flaws
 from contextlab.engine.messages import Message
+from contextlab.engine.pins import instruction_with_facts, keep_pins_in_summary, pin_budget
 from contextlab.engine.policy import Policy
 from contextlab.engine.split import SplitPlan, SplitPreview, newest_user_index, plan_split
 from contextlab.engine.trace import StepRecord, TurnTrace, flaw
@@ -101,6 +103,9 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
             rec.details["keep_ids"] = [manager.messages[i].id for i in plan.keep]
             if plan.pinned is not None:
                 rec.details["pinned_id"] = manager.messages[plan.pinned].id
+            if manager.pins:
+                rec.details["pins"] = pins_record(manager, plan)
+                rec.reasons.extend(pins_reasons(rec.details["pins"]))
             rec.outcome = (f"compact {len(plan.compact)} message(s) ({plan.compact_tokens:,} tokens), "
                            f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
             if not manual:
@@ -129,6 +134,7 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
         return
     to_compact = [manager.messages[i] for i in plan.compact]
     pinned_id = manager.messages[plan.pinned].id if plan.pinned is not None else None
+    instruction = instruction_with_facts(instruction, manager.pins.facts)
     summary, result, fallback = summarise(manager, trace, to_compact, manual=manual, instruction=instruction)
     if summary is None:
         trace.outcome = "compaction_failed"
@@ -139,8 +145,17 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
         fit_window_step(manager, trace)
         return
     summary = manager.keep_identifiers(summary, to_compact)
+    if manager.pins:
+        grouped = pinned_group_ids(manager)
+        summary = keep_pins_in_summary(summary, manager.pins,
+                                       [manager.original(m) for m in to_compact if m.id in grouped])
     manager.mark_compressed(trace, to_compact, summary, result, fallback=fallback, trigger=trace.trigger)
     manager.pinned_ids = [pinned_id] if pinned_id else []
+    if manager.pins.message_ids:
+        # A pinned message that had to go is settled (the trace says so, the
+        # summary holds its identifiers): the pin is not kept for a message gone.
+        live = {m.id for m in manager.messages}
+        manager.pins.message_ids = [mid for mid in manager.pins.message_ids if mid in live]
     trace.outcome = "fallback_summary" if fallback else "compacted"
     truncated = [m.id for m in to_compact if m.metadata.get("offload")]
     if truncated:
@@ -204,17 +219,97 @@ def shrink_kept_part(manager: ContextManager, trace: TurnTrace, plan: SplitPlan,
 
 def plan_for(manager: ContextManager, tokens: list[int], *, manual: bool, reserve: int) -> SplitPlan:
     if not manual:
-        return plan_split(manager.messages, tokens, reserve=reserve)
+        return keep_pinned(manager, tokens, plan_split(manager.messages, tokens, reserve=reserve))
     # Asked for explicitly: summarise everything before the newest user turn,
     # which stays whole (CoPaw's /compact takes even that).
     newest = newest_user_index(manager.messages)
-    whole_turn = plan_split(manager.messages, tokens, reserve=sum(tokens[newest:]) if newest is not None else 0)
+    whole_turn = keep_pinned(manager, tokens, plan_split(
+        manager.messages, tokens, reserve=sum(tokens[newest:]) if newest is not None else 0))
     if whole_turn.compact:
         return whole_turn
-    # One long request (an agent working through many tool rounds): split
-    # inside its turn at tool-group boundaries. The request stays pinned and
-    # the newest group stays; every earlier group goes.
-    return plan_split(manager.messages, tokens, reserve=0)
+    # One long request (an agent working through many tool rounds), or every
+    # older message pinned: split inside its turn at tool-group boundaries. The
+    # request stays pinned and the newest group stays; every earlier group goes.
+    return keep_pinned(manager, tokens, plan_split(manager.messages, tokens, reserve=0))
+
+
+def tool_groups(messages: list[Message]) -> list[list[int]]:
+    """The live messages as groups that stay or go together: a call with its results, or one message."""
+    caller: dict[str, int] = {}
+    group_of: dict[int, list[int]] = {}
+    groups: list[list[int]] = []
+    for index, msg in enumerate(messages):
+        owner = next((caller[r.id] for r in msg.tool_results if r.id in caller), None)
+        if owner is not None:
+            group_of[owner].append(index)
+            group_of[index] = group_of[owner]
+            continue
+        group = [index]
+        groups.append(group)
+        group_of[index] = group
+        for use in msg.tool_uses:
+            caller[use.id] = index
+    return groups
+
+
+def pinned_groups(manager: ContextManager) -> list[list[int]]:
+    pinned = set(manager.pins.message_ids)
+    if not pinned:
+        return []
+    return [g for g in tool_groups(manager.messages) if any(manager.messages[i].id in pinned for i in g)]
+
+
+def pinned_group_ids(manager: ContextManager) -> set[str]:
+    return {manager.messages[i].id for g in pinned_groups(manager) for i in g}
+
+
+def keep_pinned(manager: ContextManager, tokens: list[int], plan: SplitPlan) -> SplitPlan:
+    """Take the pinned messages (with their tool groups) out of what ``plan`` compacts,
+    newest first, while they fit the pin budget; the others go with their identifiers."""
+    groups = pinned_groups(manager)
+    if not groups or not plan.compact:
+        return plan
+    compact = set(plan.compact)
+    budget = pin_budget(manager.profile.reserve)
+    kept: set[int] = set()
+    for group in reversed(groups):
+        if not compact.intersection(group):
+            continue  # already kept by the split
+        cost = sum(tokens[i] for i in group)
+        if cost <= budget:
+            budget -= cost
+            kept.update(group)
+    if not kept:
+        return plan
+    new_compact = [i for i in plan.compact if i not in kept]
+    new_keep = sorted(set(plan.keep) | kept)
+    kept_tokens = sum(tokens[i] for i in new_keep)
+    return dataclasses.replace(
+        plan, compact=new_compact, keep=new_keep, kept_tokens=kept_tokens,
+        compact_tokens=sum(tokens[i] for i in new_compact), fits_reserve=kept_tokens <= plan.reserve,
+        notes=[*plan.notes, f"{len(kept)} pinned message(s) stay live"])
+
+
+def pins_record(manager: ContextManager, plan: SplitPlan) -> dict[str, Any]:
+    """The pins as the trace records them: which pinned messages stay, which go."""
+    live = {m.id: i for i, m in enumerate(manager.messages)}
+    compact = set(plan.compact)
+    pinned_live = [mid for mid in manager.pins.message_ids if mid in live]
+    return {"message_ids": list(manager.pins.message_ids), "facts": list(manager.pins.facts),
+            "kept_live": [mid for mid in pinned_live if live[mid] not in compact],
+            "compacted": [mid for mid in pinned_live if live[mid] in compact]}
+
+
+def pins_reasons(record: dict[str, Any]) -> list[str]:
+    reasons = []
+    if record["kept_live"]:
+        reasons.append(f"{len(record['kept_live'])} pinned message(s) stay live")
+    if record["compacted"]:
+        reasons.append(f"{len(record['compacted'])} pinned message(s) are over the pin budget: they are compacted "
+                       "and their identifiers are written into the summary")
+    if record["facts"]:
+        reasons.append(f"{len(record['facts'])} pinned fact(s) go into the summary")
+    return reasons
 
 
 def nothing_to_compact_reason(manager: ContextManager, plan: SplitPlan) -> str:

@@ -24,12 +24,17 @@ of the session, and on SQLite of the whole database, would wait for it. So:
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from contextlab.engine.archive import ArchiveLocation, DialogArchive, utc_date_of
 from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
 from contextlab.engine.errors import CompactorFailed, ContextLabError
+from contextlab.engine.messages import Message
 from contextlab.engine.truncation import OffloadedFile, OffloadStore
 
 
@@ -124,3 +129,88 @@ class DryOffloadStore(OffloadStore):
         if relative in self._saved:
             return self._saved[relative]
         return super().read(relative)
+
+
+class DryArchive(DialogArchive):
+    """A dialog archive that says where the messages would land, and writes nothing."""
+
+    def append(
+        self,
+        records: Sequence[tuple[Message, dict[str, Any]]],
+        *,
+        date_for: Callable[[Message], str] = utc_date_of,
+        serialise: Callable[[Message], dict[str, Any]] | None = None,
+        journal_turn: int | None = None,
+    ) -> list[ArchiveLocation]:
+        locations = []
+        added: dict[str, int] = {}
+        for message, _ in records:
+            file_name = f"{date_for(message)}.jsonl"
+            added[file_name] = added.get(file_name, 0) + 1
+            line = self._lines_in(self.folder / file_name) + added[file_name]
+            locations.append(ArchiveLocation(f"{self.folder_name}/{file_name}", line))
+        return locations
+
+
+@dataclass(frozen=True)
+class CompactionDraft:
+    """What committing a planned summary would do, computed on a throwaway copy.
+
+    ``summary`` is the text the commit would store (the compactor's answer after
+    the identifier post-check and the pins), None when the commit would keep
+    the previous summary (a failed summary).
+    """
+
+    outcome: str
+    summary: str | None
+    previous_summary: str | None
+    summary_version: int  # the version the draft would become
+    compact_ids: list[str]
+    keep_ids: list[str]
+    pins: dict[str, Any]
+    trace: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def planned_to_dict(planned: PlannedSummary) -> dict[str, Any]:
+    """A planned summary as JSON-ready data, so the commit can come in a later request."""
+    plan, result = planned.plan, planned.result
+    return {
+        "trigger": plan.trigger, "instruction": plan.instruction, "turn": plan.turn,
+        "summary_version": plan.summary_version, "live_ids": list(plan.live_ids),
+        "compact_ids": list(plan.compact_ids),
+        "request": {"previous_summary": plan.request.previous_summary, "language": plan.request.language,
+                    "extra_instruction": plan.request.extra_instruction, "cap_tokens": plan.request.cap_tokens},
+        "result": None if result is None else {
+            "text": result.text, "compactor": result.compactor, "model": result.model,
+            "latency_ms": result.latency_ms, "usage": result.usage, "attempts": result.attempts,
+            "attempt_errors": list(result.attempt_errors),
+            # The raw exchange can be large and is in the dry run's trace already.
+            "raw_request": None, "raw_response": None},
+        "failure": planned.failure.message if planned.failure is not None else None,
+        "notes": list(planned.notes),
+    }
+
+
+def planned_from_dict(data: dict[str, Any]) -> PlannedSummary:
+    """The inverse of ``planned_to_dict``: the same answer, without a second compactor call."""
+    request_data = data["request"]
+    # The messages are not stored: the committing turn compares ids with the
+    # plan's ``compact_ids``, and reads the messages from its own state.
+    request = SummaryRequest(messages=[], previous_summary=request_data["previous_summary"],
+                             language=request_data["language"],
+                             extra_instruction=request_data["extra_instruction"],
+                             cap_tokens=request_data["cap_tokens"])
+    plan = CompactionPlan(trigger=data["trigger"], instruction=data["instruction"], turn=int(data["turn"]),
+                          summary_version=int(data["summary_version"]), live_ids=list(data["live_ids"]),
+                          compact_ids=list(data["compact_ids"]), request=request)
+    result = SummaryResult(**data["result"]) if data.get("result") else None
+    failure = CompactorFailed(data["failure"]) if data.get("failure") else None
+    return PlannedSummary(plan=plan, result=result, failure=failure, notes=list(data.get("notes") or []))
+
+
+def fingerprint(data: Any) -> str:
+    """A short, stable digest of JSON-ready data (pins, a plan) to compare them later."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]

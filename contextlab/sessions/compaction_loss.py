@@ -43,11 +43,15 @@ def _references(session: AgentSession, summary: str) -> list[tuple[str, str]]:
 
 
 def check(session: AgentSession, version: SummaryVersion) -> compaction_loss.Loss:
-    ids = list(version.compacted_ids or [])
-    rows = {m.message_id: m for m in SessionMessage.objects.filter(session=session, message_id__in=ids)
+    return check_text(session, list(version.compacted_ids or []), version.text)
+
+
+def check_text(session: AgentSession, compacted_ids: list[str], summary: str) -> compaction_loss.Loss:
+    """What a summary (stored, or a dry run's draft) loses of the messages it compacts."""
+    rows = {m.message_id: m for m in SessionMessage.objects.filter(session=session, message_id__in=compacted_ids)
             .order_by().only("message_id", "current_content", "seq", "session_id")}
-    compacted = [(mid, _text(rows[mid].current_content)[:MESSAGE_CHARS]) for mid in ids if mid in rows]
-    return compaction_loss.lost_at_compaction(compacted, version.text, _references(session, version.text))
+    compacted = [(mid, _text(rows[mid].current_content)[:MESSAGE_CHARS]) for mid in compacted_ids if mid in rows]
+    return compaction_loss.lost_at_compaction(compacted, summary, _references(session, summary))
 
 
 def record(session: AgentSession) -> list[SummaryVersion]:

@@ -708,8 +708,25 @@ class CompactionRun(models.Model):
         RUNNING = "running"
         DONE = "done"
         FAILED = "failed"
+        # Stopped by a person: nothing of it was committed.
+        CANCELLED = "cancelled"
+        # A dry run's end states: its draft waits for review, then is accepted,
+        # discarded, or found stale (the session moved so the draft no longer applies).
+        DRAFT = "draft"
+        ACCEPTED = "accepted"
+        DISCARDED = "discarded"
+        STALE = "stale"
+
+    class Kind(models.TextChoices):
+        COMPACTION = "compaction"
+        DRY_RUN = "dry_run"
 
     session = models.ForeignKey(AgentSession, models.CASCADE, related_name="compaction_runs")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.COMPACTION)
+    # A dry run's draft: the planned summary (to commit without a second call),
+    # what committing it would do, its lost identifiers, and the state it was made on.
+    draft = models.JSONField(null=True, blank=True)
+    state_version = models.PositiveIntegerField(null=True, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True,
                                      related_name="+")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
@@ -729,7 +746,8 @@ class CompactionRun(models.Model):
         return f"compaction {self.pk} ({self.status})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.pk, "status": self.status, "trigger": self.trigger, "instruction": self.instruction,
+        return {"id": self.pk, "kind": self.kind, "status": self.status, "trigger": self.trigger,
+                "instruction": self.instruction, "state_version": self.state_version,
                 "error": self.error, "turn": self.turn_number, "outcome": self.outcome,
                 "created": self.created.isoformat(),
                 "started": self.started.isoformat() if self.started else None,

@@ -18,8 +18,8 @@ import schemathesis
 WORLD: dict[str, Any] = json.loads(os.environ.get("CONTEXTLAB_FUZZ_WORLD") or "{}")
 
 
-def _existing(path_parameters: dict[str, Any], session_id: str) -> dict[str, Any]:
-    known = {"session_id": session_id, "number": WORLD["number"], "run_id": WORLD["run_id"]}
+def _existing(path_parameters: dict[str, Any], session_id: str, run_id: int) -> dict[str, Any]:
+    known = {"session_id": session_id, "number": WORLD["number"], "run_id": run_id}
     return {**path_parameters, **{k: v for k, v in known.items() if k in path_parameters}}
 
 
@@ -28,5 +28,6 @@ def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None
     if not path_parameters or not WORLD:
         return st.just(path_parameters)
     sessions = [WORLD["session_id"], *WORLD["sessions"].values()]
-    existing = [_existing(path_parameters, session_id) for session_id in sessions]
+    existing = [_existing(path_parameters, session_id, run_id)
+                for session_id in sessions for run_id in WORLD.get("run_ids") or [WORLD["run_id"]]]
     return st.sampled_from([*existing, path_parameters])

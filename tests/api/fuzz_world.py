@@ -20,6 +20,7 @@ def seed() -> dict[str, Any]:
     from django.contrib.auth.models import User
     from django.core.files.uploadedfile import SimpleUploadedFile
 
+    from contextlab import jobs
     from contextlab.api.models import ApiToken
     from contextlab.sessions import services
     from contextlab.sessions.models import AgentSession
@@ -28,8 +29,8 @@ def seed() -> dict[str, Any]:
     owner = User.objects.create_user("fuzzer")
     token = ApiToken.issue(user=owner, name="fuzz")[1]
 
-    def worked(policy: str, turns: int) -> AgentSession:
-        profile = services.profile_create(owner=owner, name=policy, knobs={**SMALL, "policy": policy})
+    def worked(policy: str, turns: int, *, name: str = "") -> AgentSession:
+        profile = services.profile_create(owner=owner, name=name or policy, knobs={**SMALL, "policy": policy})
         session = services.session_create(owner=owner, system_prompt="You are a careful coding agent.",
                                           profile=profile, title=f"a {policy} session")
         for i in range(1, turns + 1):
@@ -40,6 +41,12 @@ def seed() -> dict[str, Any]:
 
     contextlab = worked("contextlab", 4)
     run = services.compaction_run(session=contextlab, instruction="Keep the target names.", requested_by=owner)
+    # A dry run with its draft waiting for review, and pins: the review
+    # operations (accept, discard, cancel, pins) meet a run they apply to.
+    reviewed = worked("contextlab", 4, name="reviewed")
+    services.pin_fact(session=reviewed, fact="The nightly log is /srv/app/nightly.log")
+    dry_run = services.dry_run_start(session=reviewed, instruction="Keep the target names.", requested_by=owner)
+    assert jobs.drain(60)
     copaw = worked("copaw", 4)
     services.compaction_run(session=copaw, requested_by=owner)
     eviction = worked("eviction", 7)
@@ -60,7 +67,8 @@ def seed() -> dict[str, Any]:
         "session_id": str(contextlab.pk),
         "number": contextlab.turns.count(),
         "run_id": run.pk,
-        "sessions": {"copaw": str(copaw.pk), "eviction": str(eviction.pk), "imported": str(imported.pk)},
+        "run_ids": [run.pk, dry_run.pk],
+        "sessions": {"reviewed": str(reviewed.pk), "copaw": str(copaw.pk), "eviction": str(eviction.pk), "imported": str(imported.pk)},
         "evicted_turns": evicted,
         "summary_version": contextlab.summary_version,
     }

@@ -75,3 +75,30 @@ def test_the_agent_loop_example_runs_against_the_server(live_server, alice_token
     session = AgentSession.objects.get()
     assert session.turns_count == 30
     assert session.compactions_count >= 1
+
+
+def test_it_reviews_a_compaction_through_the_api(cl, settings):
+    # The dry run is a background job: on the server's own pool, with no worker process to start.
+    settings.CONTEXTLAB_JOBS_MODE = "embedded"
+    session = cl.create_session("You are terse.", profile={"name": "review", "max_input_length": 4_000})
+    sid = session["id"]
+    cl.add_messages(sid, [*tool_turn(1), answer(1), *tool_turn(2)])
+    pins = cl.pin(sid, fact="must keep: the DB is /srv/db.sqlite")
+    assert pins["facts"] == ["must keep: the DB is /srv/db.sqlite"]
+    assert cl.pins(sid) == pins
+    run = cl.wait_for_run(sid, cl.dry_run(sid, "keep every path")["id"])
+    assert run["kind"] == "dry_run" and run["status"] == "draft", run
+    draft = run["draft"]
+    assert "must keep: the DB is /srv/db.sqlite" in draft["summary"] and draft["compact_ids"]
+    assert cl.summaries(sid) == []  # nothing committed by the dry run
+    accepted = cl.accept_draft(sid, run["id"])
+    assert accepted["run"]["status"] == "accepted" and accepted["turn"]["outcome"] == "compacted"
+    assert cl.summaries(sid)[0]["text"] == draft["summary"]
+    with pytest.raises(ApiError) as info:
+        cl.accept_draft(sid, run["id"])  # accepted already: there is no draft to accept
+    assert info.value.status == 409
+    cl.add_messages(sid, [answer(2), *tool_turn(3)])
+    other = cl.wait_for_run(sid, cl.dry_run(sid)["id"])
+    assert cl.discard_draft(sid, other["id"])["run"]["status"] == "discarded"
+    assert len(cl.summaries(sid)) == 1
+    assert cl.pin(sid, fact="must keep: the DB is /srv/db.sqlite", remove=True)["facts"] == []

@@ -19,7 +19,7 @@ from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from contextlab.dashboard import fragments
+from contextlab.dashboard import fragments, review
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
 from contextlab.lib import textsafe
 from contextlab.sessions.models import AgentSession, SessionMessage
@@ -115,4 +115,5 @@ def message_detail(request: AuthenticatedHttpRequest, session_id: UUID, seq: int
         "files": list(session.offloaded_files.filter(message_id=message.message_id)),
         "previous": seq - 1 if seq > 1 else None,
         "next": seq + 1 if seq < session.messages_count else None,
+        **review.pin_state(session, message),
     })

@@ -8,6 +8,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from contextlab.dashboard import review
 from contextlab.dashboard.search import MAX_QUERY, search_session
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
 from contextlab.dashboard.views.reinject import reinject_context
@@ -27,4 +28,5 @@ def session_search(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpR
     if request.htmx and request.htmx.target == "search-results":
         template += "#search-results"
     return render(request, template, {"session": session, "query": query, "result": result, "hits": hits,
-                                      "why": why_lost(session, result), **reinject_context(session, result)})
+                                      "why": why_lost(session, result), "why_pin": review.why_pin(session, result),
+                                      **reinject_context(session, result)})

@@ -11,6 +11,7 @@ One module per workflow, so the one you need is found by its name:
 * ``live_state``  what the dashboard's viewers are pushed after a commit;
 * ``turns``       sessions, appended messages and the pre-reasoning hook (``session_prepare``);
 * ``compaction``  manual compaction, now or as a background run;
+* ``compaction_review`` pins, a dry run's draft, its accept or discard, and cancelling a run;
 * ``runs``        the life of a background run, and the sweep for runs whose worker died;
 * ``imports``     importing a recorded transcript, now or in the background;
 * ``bundles``     exporting and importing a whole session;
@@ -43,6 +44,21 @@ from contextlab.sessions.services.compaction import (
     compaction_run,
     compaction_start,
     compaction_work,
+)
+from contextlab.sessions.services.compaction_review import (
+    CompactionCancelled,
+    DraftNotOpen,
+    DraftStale,
+    draft_accept,
+    draft_discard,
+    dry_run_start,
+    latest_draft,
+    pin_fact,
+    pin_message,
+    pins_of,
+    run_cancel,
+    unpin_fact,
+    unpin_message,
 )
 from contextlab.sessions.services.imports import (
     transcript_import,
@@ -90,6 +106,8 @@ from contextlab.sessions.services.turns import (
 from contextlab.sessions.services.what_if import whatif_execute, whatif_stalled, whatif_start
 
 __all__ = [
+    "CompactionCancelled", "DraftNotOpen", "DraftStale", "draft_accept", "draft_discard", "dry_run_start",
+    "latest_draft", "pin_fact", "pin_message", "pins_of", "run_cancel", "unpin_fact", "unpin_message",
     "BUNDLE_FORMAT", "MAX_INSTRUCTION_LENGTH", "MAX_MESSAGE_ID_LENGTH", "MAX_TITLE_LENGTH", "NEVER_STARTED",
     "WORKER_DIED", "MemoryConsolidation", "PayloadTooLarge", "PendingTurn", "PruneResult", "RunInProgress", "SessionUnavailable",
     "check_usage", "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run",

@@ -17,6 +17,7 @@ from contextlab.sessions.models import (
     CompactionRun,
     Turn,
 )
+from contextlab.sessions.services.compaction_review import cancelled, dry_run_work
 from contextlab.sessions.services.inputs import (
     MAX_INSTRUCTION_LENGTH,
     RunInProgress,
@@ -26,7 +27,7 @@ from contextlab.sessions.services.inputs import (
 from contextlab.sessions.services.live_state import run_announce
 from contextlab.sessions.services.persistence import engines, locked_session, trace_step
 from contextlab.sessions.services.runs import COMPACT_SESSION, run_claim, run_not_queued
-from contextlab.sessions.services.summary_calls import hook_turn
+from contextlab.sessions.services.summary_calls import CompactionCancelled, hook_turn
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,10 @@ def _nothing_to_compact_reason(trace: Mapping[str, Any]) -> str:
 
 def _run_finish(run: CompactionRun, turn: Turn) -> None:
     """Record how the compaction turn ended; a failed summary is a failed run."""
+    # In the turn's transaction, under the run's row lock: a cancel that came
+    # first rolls the turn back; one that comes later waits and finds it done.
+    if CompactionRun.objects.select_for_update().get(pk=run.pk).status == CompactionRun.Status.CANCELLED:
+        raise CompactionCancelled()
     run.turn_number = turn.number
     run.outcome = turn.outcome
     run.finished = timezone.now()
@@ -147,13 +152,15 @@ def compaction_start(*, session: AgentSession, instruction: str | None = None,
     click never queues a second summary of the same messages."""
     active = compaction_active(session=session)
     if active is not None:
-        raise RunInProgress(f"compaction run {active.pk} is {active.status}; wait for it to finish",
+        raise RunInProgress(f"compaction run {active.pk} is {active.status}; wait for it to finish or cancel it",
                             field="session")
     return compaction_enqueue(session=session, instruction=instruction, requested_by=requested_by)
 
 
 def compaction_work(*, run_id: int) -> str:
     """The background side of ``compaction_enqueue``: "done", "failed", "skipped" or "busy"."""
+    if CompactionRun.objects.filter(pk=run_id, kind=CompactionRun.Kind.DRY_RUN).exists():
+        return dry_run_work(run_id=run_id)
     with jobs.hold_run(run_id) as held:
         if not held:
             return "busy"  # another worker has it (a second delivery of the same job)
@@ -170,7 +177,9 @@ def compaction_work(*, run_id: int) -> str:
             # the compaction are committed together, or neither is.
             hook_turn(run.session, manual=True, instruction=run.instruction or None,
                       observer=lambda trace_step, turn_so_far: run_announce(run, steps=_step_outline(turn_so_far)),
-                      on_turn=lambda _, turn: _run_finish(run, turn))
+                      on_turn=lambda _, turn: _run_finish(run, turn), cancelled=lambda: cancelled(run))
+        except CompactionCancelled:
+            run.refresh_from_db()  # cancelled by a person: the row says so already
         except ContextLabError as exc:
             run.mark_failed(exc.message)
         except Exception as exc:

@@ -43,6 +43,10 @@ Ingest = Callable[[AgentSession, ContextManager], list[Message]]
 OnTurn = Callable[[AgentSession, Turn], None]
 
 
+class CompactionCancelled(Exception):  # noqa: N818 - a signal to unwind, not an error
+    """A person cancelled the run: its summary is thrown away, whatever it was about to commit rolls back."""
+
+
 class SessionKeptChanging(ContextLabError):
     """A manual compaction's plan went stale on every attempt (other compactions kept landing)."""
 
@@ -76,14 +80,16 @@ def _clear_lease(session: AgentSession) -> None:
 
 def hook_turn(session: AgentSession, *, manual: bool = False, instruction: str | None = None,
               ingest: Ingest | None = None, reuse_last: bool = False, observer: Observer | None = None,
-              on_turn: OnTurn | None = None) -> Turn:
+              on_turn: OnTurn | None = None, cancelled: Callable[[], bool] | None = None) -> Turn:
     """Run one turn (the hook, or a manual compaction), holding the session's lock
     only for the short steps around a summary call; returns the committed turn.
 
     ``ingest`` appends the client's messages first (once, in the first step).
     ``reuse_last``: while another request's summary call runs and nothing new
     was ingested, answer with the last committed turn instead of a new one.
-    ``on_turn`` runs inside the transaction that commits the turn.
+    ``on_turn`` runs inside the transaction that commits the turn (raising there
+    rolls the turn back). ``cancelled`` is asked when the summary call returns:
+    True throws the summary away and raises ``CompactionCancelled``.
     """
     pending_ingest = ingest
     holds_lease = False
@@ -120,6 +126,9 @@ def hook_turn(session: AgentSession, *, manual: bool = False, instruction: str |
         except BaseException:
             _clear_lease(session)  # a bug, not an answer: later turns must not wait for the lease
             raise
+        if cancelled is not None and cancelled():
+            _clear_lease(session)
+            raise CompactionCancelled()
         try:
             with locked_session(session) as (locked, manager):
                 manager.observer = observer

@@ -1,0 +1,134 @@
+"""The compaction review on the session page: pins, a dry run's draft, accept / discard / cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextlab.sessions import services
+from contextlab.sessions.models import CompactionRun, SessionMessage
+from tests.conversations import answer, tool_turn
+
+HTMX = {"HX-Request": "true"}
+
+
+def _url(session, rest):
+    return f"{session.get_absolute_url()}{rest}"
+
+
+@pytest.fixture
+def compactable_session(worked_session):
+    services.messages_append(session=worked_session, messages=[answer(12), *tool_turn(13, output_bytes=300)])
+    worked_session.refresh_from_db()
+    return worked_session
+
+
+def _draft(client, session) -> CompactionRun:
+    response = client.post(_url(session, "compaction/dry-run/"), {"instruction": "keep every path"}, headers=HTMX)
+    assert response.status_code == 202, response.content.decode()
+    run = CompactionRun.objects.get(session=session, kind="dry_run")
+    assert services.compaction_work(run_id=run.pk) == "draft"
+    run.refresh_from_db()
+    return run
+
+
+def test_it_pins_a_fact_and_a_message_and_shows_them_in_the_panel(alice_client, compactable_session):
+    session = compactable_session
+    response = alice_client.post(_url(session, "pins/"), {"action": "pin_fact",
+                                                           "fact": "must keep: the DB is /srv/db.sqlite"},
+                                 headers=HTMX)
+    assert response.status_code == 200
+    live = SessionMessage.objects.filter(session=session, status="live").order_by("seq").first()
+    response = alice_client.post(_url(session, "pins/"), {"action": "pin_message", "seq": live.seq}, headers=HTMX)
+    panel = response.content.decode()
+    assert 'data-fact="must keep: the DB is /srv/db.sqlite"' in panel
+    assert f'data-pinned="{live.message_id}"' in panel
+    session.refresh_from_db()
+    assert services.pins_of(session).message_ids == [live.message_id]
+    response = alice_client.post(_url(session, "pins/"), {"action": "unpin_fact",
+                                                           "fact": "must keep: the DB is /srv/db.sqlite"},
+                                 headers=HTMX)
+    assert "data-fact=" not in response.content.decode()
+
+
+def test_it_refuses_to_pin_what_is_not_live(alice_client, compactable_session):
+    archived = SessionMessage.objects.filter(session=compactable_session, status="archived").first()
+    response = alice_client.post(_url(compactable_session, "pins/"),
+                                 {"action": "pin_message", "message_id": archived.message_id}, headers=HTMX)
+    assert response.status_code == 400 and "not in the live context" in response.content.decode()
+
+
+def test_a_dry_run_shows_the_draft_and_accept_commits_it(alice_client, compactable_session):
+    session = compactable_session
+    before = (session.state_version, session.summary_version)
+    run = _draft(alice_client, session)
+    session.refresh_from_db()
+    assert (session.state_version, session.summary_version) == before
+    page = alice_client.get(session.get_absolute_url()).content.decode()
+    assert f'id="draft" data-run="{run.pk}" data-status="draft"' in page
+    assert 'id="draft-loss"' in page and 'id="accept-draft-button"' in page and 'id="draft-goes"' in page
+    response = alice_client.post(_url(session, f"compaction/runs/{run.pk}/accept/"), headers=HTMX)
+    assert response.status_code == 200
+    session.refresh_from_db()
+    assert session.summary == run.draft["draft"]["summary"] and session.summary_version == before[1] + 1
+
+
+def test_a_discarded_draft_changes_nothing(alice_client, compactable_session):
+    session = compactable_session
+    before = (session.summary, session.summary_version, session.turns_count)
+    run = _draft(alice_client, session)
+    response = alice_client.post(_url(session, f"compaction/runs/{run.pk}/discard/"), headers=HTMX)
+    assert response.status_code == 200 and 'id="draft"' not in response.content.decode()
+    session.refresh_from_db()
+    assert (session.summary, session.summary_version, session.turns_count) == before
+
+
+def test_a_stale_draft_says_so_and_offers_a_new_dry_run(alice_client, compactable_session):
+    session = compactable_session
+    run = _draft(alice_client, session)
+    services.compaction_run(session=session)
+    response = alice_client.post(_url(session, f"compaction/runs/{run.pk}/accept/"), headers=HTMX)
+    assert response.status_code == 409
+    panel = response.content.decode()
+    assert "This draft is stale" in panel and 'id="new-dry-run-button"' in panel
+
+
+def test_a_queued_run_shows_a_cancel_button_and_cancels(alice_client, compactable_session):
+    session = compactable_session
+    response = alice_client.post(_url(session, "compaction/"), headers=HTMX)
+    run = CompactionRun.objects.get(session=session)
+    assert 'id="cancel-run-button"' in response.content.decode()
+    response = alice_client.post(_url(session, f"compaction/runs/{run.pk}/cancel/"), headers=HTMX)
+    assert response.status_code == 200
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert services.compaction_work(run_id=run.pk) == "skipped"
+    assert not session.turns.filter(trigger="manual").exists()
+
+
+def test_the_why_answer_offers_to_pin_and_comes_back(alice_client, compactable_session):
+    session = compactable_session
+    page = alice_client.get(_url(session, "search?q=/srv/app/t1.log")).content.decode()
+    assert 'id="pin-fact-action"' in page
+    response = alice_client.post(_url(session, "pins/"), {"action": "pin_fact", "fact": "/srv/app/t1.log",
+                                                           "next": _url(session, "search?q=/srv/app/t1.log")})
+    assert response.status_code == 302 and response["Location"].endswith("search?q=/srv/app/t1.log")
+    assert 'id="fact-pinned-mark"' in alice_client.get(_url(session, "search?q=/srv/app/t1.log")).content.decode()
+    # A "next" outside the session goes back to the session page instead.
+    response = alice_client.post(_url(session, "pins/"), {"action": "pin_fact", "fact": "x1",
+                                                           "next": "https://evil.example/"})
+    assert response["Location"] == f"{session.get_absolute_url()}#compaction-card"
+
+
+def test_the_message_page_pins_a_live_message(alice_client, compactable_session):
+    session = compactable_session
+    live = SessionMessage.objects.filter(session=session, status="live").order_by("seq").last()
+    page = alice_client.get(_url(session, f"messages/{live.seq}/")).content.decode()
+    assert 'id="pin-message-button"' in page
+    alice_client.post(_url(session, "pins/"), {"action": "pin_message", "message_id": live.message_id,
+                                               "next": _url(session, f"messages/{live.seq}/")})
+    assert 'id="pinned-mark"' in alice_client.get(_url(session, f"messages/{live.seq}/")).content.decode()
+
+
+def test_another_user_cannot_pin_or_review(bob_client, compactable_session):
+    assert bob_client.post(_url(compactable_session, "pins/"), {"action": "pin_fact", "fact": "x"}).status_code == 404
+    assert bob_client.post(_url(compactable_session, "compaction/dry-run/")).status_code == 404
