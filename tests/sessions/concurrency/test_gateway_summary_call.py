@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.test import Client
 
 from contextlab.api.models import ApiToken
@@ -26,29 +24,11 @@ from tests.conversations import answer, log_output, tool_turn
 from tests.fakellm import FakeLLM, Gate, Reply
 from tests.gateway.provider import Answer, Provider
 from tests.invariants import assert_nothing_lost
+from tests.sessions.concurrency.helpers import STEP_LIMIT_SECONDS, SUMMARY, in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SUMMARY = ("## Goal\n- build every target\n## Constraints & Preferences\n- none\n## Progress\n### Done\n- t1\n"
-           "### In Progress\n- t2\n### Blocked\n- none\n## Key Decisions\n- use make\n## Next Steps\n- t3\n"
-           "## Critical Context\n- /srv/app/t1.log\n")
-# A step that waited for the compaction's lock would wait until the gate opens, after the traffic gave up.
-STEP_LIMIT_SECONDS = 60
 SYSTEM = {"role": "system", "content": "You are a build engineer. Keep exact paths."}
-
-
-def _in_thread(work: Callable[[], Any], errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 class Agent:
@@ -97,7 +77,7 @@ def test_it_holds_nothing_while_a_gateway_calls_compaction_summary_runs(alice, s
         compacting: threading.Thread | None = None
         for step in range(1, 40):
             agent.ask(f"Step {step}: here is the log of t{step}:\n{log_output(1_200, tag=f't{step}')}")
-            compacting = _in_thread(agent.call, errors)
+            compacting = in_thread(agent.call, errors)
             while compacting.is_alive() and not gate.arrived.is_set():
                 compacting.join(0.05)
             if gate.arrived.is_set():
@@ -121,7 +101,7 @@ def test_it_holds_nothing_while_a_gateway_calls_compaction_summary_runs(alice, s
             assert not gate.opened.is_set()
 
         traffic_errors: list[BaseException] = []
-        worker = _in_thread(traffic, traffic_errors)
+        worker = in_thread(traffic, traffic_errors)
         worker.join(STEP_LIMIT_SECONDS)
         assert not worker.is_alive(), "a request waited for the session whose summary is being written"
         assert not traffic_errors, traffic_errors

@@ -6,27 +6,19 @@ Runs on SQLite (a file database, see the conftest) and, in scaled mode, on Postg
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage, Turn
 from tests.conversations import answer, tool_turn
 from tests.fakellm import FakeLLM, Gate, Reply
 from tests.invariants import assert_nothing_lost
+from tests.sessions.concurrency.helpers import STEP_LIMIT_SECONDS, SUMMARY, in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SUMMARY = ("## Goal\n- build every target\n## Constraints & Preferences\n- none\n## Progress\n### Done\n- t1\n"
-           "### In Progress\n- t2\n### Blocked\n- none\n## Key Decisions\n- use make\n## Next Steps\n- t3\n"
-           "## Critical Context\n- /srv/app/t1.log\n")
-# Every step of the traffic must finish well within this while the summary call is held open;
-# a step that waited for the compaction's lock would wait until the gate opens, after it.
-STEP_LIMIT_SECONDS = 60
 
 
 def _remote_session(alice, llm: FakeLLM, settings, title: str) -> AgentSession:
@@ -44,20 +36,6 @@ def _remote_session(alice, llm: FakeLLM, settings, title: str) -> AgentSession:
 def _fill(session: AgentSession, first: int, last: int) -> None:
     for i in range(first, last + 1):
         services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []), *tool_turn(i)])
-
-
-def _in_thread(work: Callable[[], Any], errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def _traffic_during_the_call(gate: Gate, a: AgentSession, b: AgentSession) -> tuple[list[str], list[int]]:
@@ -78,7 +56,7 @@ def _traffic_during_the_call(gate: Gate, a: AgentSession, b: AgentSession) -> tu
             services.session_prepare(session=b)
         assert not gate.opened.is_set()
 
-    thread = _in_thread(work, errors)
+    thread = in_thread(work, errors)
     thread.join(STEP_LIMIT_SECONDS)
     assert not thread.is_alive(), "a request waited for the session the summary is being written for"
     assert not errors, errors
@@ -105,7 +83,7 @@ def test_it_holds_nothing_during_a_manual_compactions_summary_call(alice, settin
         _fill(b, 1, 1)
         errors: list[BaseException] = []
         runs: list[CompactionRun] = []
-        compaction = _in_thread(lambda: runs.append(services.compaction_run(session=a)), errors)
+        compaction = in_thread(lambda: runs.append(services.compaction_run(session=a)), errors)
         appended, prepared = _traffic_during_the_call(gate, a, b)
         gate.opened.set()
         compaction.join(STEP_LIMIT_SECONDS)
@@ -130,7 +108,7 @@ def test_it_answers_prepares_while_the_hooks_own_summary_call_runs(alice, settin
         last_before = Turn.objects.filter(session=a).count()
         errors: list[BaseException] = []
         results: list[dict[str, Any]] = []
-        hook = _in_thread(lambda: results.append(services.session_prepare(session=a)[1]), errors)
+        hook = in_thread(lambda: results.append(services.session_prepare(session=a)[1]), errors)
         appended, prepared = _traffic_during_the_call(gate, a, b)
         gate.opened.set()
         hook.join(STEP_LIMIT_SECONDS)
