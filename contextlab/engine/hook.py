@@ -548,9 +548,12 @@ class ContextManager:
         if not reference and raw_len <= limit + TRUNCATION_SLACK_BYTES:
             return block, None
         if previous is None:
-            # Named after the block and its content, never at random: a replay
-            # run twice writes the same notices (and so the same token counts).
-            saved = self.offload.save(original, name=content_file_name(f"{key}\n{original}"))
+            # Named after the call and the content, never at random: a replay run
+            # twice, or two sessions fed the same conversation, write the same
+            # notices (and so the same token counts). The call's id comes from
+            # the client; a message id is generated when a client sends none.
+            # Two results with the same call id and text share one file.
+            saved = self.offload.save(original, name=content_file_name(f"{block.id or msg.id}#{b_index}\n{original}"))
             file_rel, sha = saved.relative, saved.sha256
             layout = layout_of(block)
         else:
@@ -912,7 +915,7 @@ class ContextManager:
             return block, None
         original = json.dumps({"input": block.input, "raw_input": block.raw_input}, ensure_ascii=False)
         # Named after the call and its content, like cut results: replays stay deterministic.
-        saved = self.offload.save(original, name=content_file_name(f"{msg.id}#{b_index}#args\n{original}"))
+        saved = self.offload.save(original, name=content_file_name(f"{block.id or msg.id}#{b_index}#args\n{original}"))
         shortened = shorten_arguments(block.input, limit=limit, file=saved.relative)
         new_block = ToolUseBlock(id=block.id, name=block.name, input=shortened)
         kept = len(json.dumps(shortened, ensure_ascii=False).encode("utf-8"))

@@ -41,6 +41,29 @@ ENUM_VALUE_TOKENS = 3
 TOOLS_END_TOKENS = 12
 
 
+def _holds_nul(value: Any) -> bool:
+    """True when a string (key or value) anywhere inside ``value`` holds a NUL character."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _refuse_nul(value: Any, field: str) -> None:
+    # The schemas are part of the engine's saved state: a NUL no PostgreSQL
+    # text or JSON column holds would fail at save, after the turn ran.
+    if _holds_nul(value):
+        raise MalformedInput(f"{field} holds a NUL character (\\u0000), which cannot be stored", field=field)
+
+
 def check_tools(tools: Any) -> list[dict[str, Any]]:
     """Tool definitions as the OpenAI chat API takes them, or ``MalformedInput``."""
     if tools is None:
@@ -48,6 +71,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise MalformedInput("tools must be a list of tool definitions", field="tools")
     for index, tool in enumerate(tools):
+        _refuse_nul(tool, f"tools[{index}]")
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
                 or tool.get("type", "function") != "function":
@@ -61,6 +85,7 @@ def check_response_format(response_format: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(response_format, dict):
         raise MalformedInput("response_format must be an object", field="response_format")
+    _refuse_nul(response_format, "response_format")
     return dict(response_format)
 
 

@@ -133,6 +133,22 @@ def test_it_refuses_bad_usage_reports(api, alice_session, body, field):
 
 
 @pytest.mark.parametrize(("body", "field"), [
+    # Found by the fuzzer on PostgreSQL: the schemas are saved with the engine's
+    # state, and no PostgreSQL text or JSON holds NUL (a 500 at save).
+    ({"response_format": {"type": "json_schema", "a\x00b": {}}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x\x00"}}}, "response_format"),
+    ({"tools": [{"type": "function", "function": {"name": "run", "description": "a\x00b"}}]}, "tools[0]"),
+])
+def test_it_refuses_a_nul_in_the_schemas_of_a_prepare(api, alice_session, body, field):
+    api.post(f"/api/v1/sessions/{alice_session.id}/messages", {"messages": [USER]})
+    response = api.post(f"/api/v1/sessions/{alice_session.id}/prepare", body)
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field
+    # Nothing of the refused request reached the session: the next prepare works.
+    assert api.post(f"/api/v1/sessions/{alice_session.id}/prepare").status_code == 200
+
+
+@pytest.mark.parametrize(("body", "field"), [
     ({"preview": "yes"}, "preview"),
     ({"instruction": 42}, "instruction"),
 ])

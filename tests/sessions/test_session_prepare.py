@@ -71,3 +71,22 @@ def test_it_persists_the_same_step_twice_without_duplicates(alice_session):
     persistence.persist_step(alice_session, manager, before=before, originals=originals)
     assert SessionMessage.objects.filter(session=alice_session).count() == 3
     assert Turn.objects.filter(session=alice_session).count() == 1
+
+
+def test_it_sends_the_same_payload_for_the_same_conversation_in_two_sessions(alice, small_profile):
+    # The notices of cut outputs name their file after the call and its text,
+    # not after the message ids the server generates: two sessions fed the same
+    # conversation cost the same tokens, turn by turn, and compact alike.
+    first, second = (services.session_create(owner=alice, system_prompt="You are a careful coding agent.",
+                                             profile=small_profile, title=title) for title in ("one", "two"))
+    for session in (first, second):
+        for i in range(1, 13):
+            services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
+                                                                *tool_turn(i, output_bytes=1_500)])
+            services.session_prepare(session=session)
+
+    def history(session):
+        return [(t.number, t.outcome, t.payload_tokens) for t in Turn.objects.filter(session=session)]
+
+    assert history(first) == history(second)
+    assert Turn.objects.get(session=first, number=12).payload == Turn.objects.get(session=second, number=12).payload
