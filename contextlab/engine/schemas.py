@@ -32,6 +32,7 @@ from typing import Any
 
 from contextlab.engine.errors import MalformedInput
 from contextlab.engine.tokens import TokenCounter
+from contextlab.engine.unicode import holds_nul
 
 FUNCTION_TOKENS = 7
 PARAMETERS_TOKENS = 3
@@ -41,26 +42,10 @@ ENUM_VALUE_TOKENS = 3
 TOOLS_END_TOKENS = 12
 
 
-def _holds_nul(value: Any) -> bool:
-    """True when a string (key or value) anywhere inside ``value`` holds a NUL character."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 def _refuse_nul(value: Any, field: str) -> None:
     # The schemas are part of the engine's saved state: a NUL no PostgreSQL
     # text or JSON column holds would fail at save, after the turn ran.
-    if _holds_nul(value):
+    if holds_nul(value):
         raise MalformedInput(f"{field} holds a NUL character (\\u0000), which cannot be stored", field=field)
 
 

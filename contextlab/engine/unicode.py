@@ -63,3 +63,22 @@ def first_unencodable(value: Any, path: str = "") -> str | None:
         elif isinstance(item, list):
             stack.extend(reversed([(child, f"{where}[{index}]") for index, child in enumerate(item)]))
     return None
+
+
+def holds_nul(value: Any) -> bool:
+    """True when a string (key or value) anywhere inside ``value`` holds a NUL character.
+
+    Valid JSON and valid UTF-8, but PostgreSQL text and JSON columns cannot store it.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -9,7 +9,7 @@ from typing import Any
 from contextlab.engine.convert import detect_message_format, from_agentscope, from_anthropic, from_openai
 from contextlab.engine.errors import ContextLabError, InvalidMessages, MalformedInput
 from contextlab.engine.messages import Message
-from contextlab.engine.unicode import encodable, first_unencodable
+from contextlab.engine.unicode import encodable, first_unencodable, holds_nul
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +47,6 @@ def check_text(value: Any, field: str, *, max_length: int | None = None) -> str:
     return value
 
 
-def _find_nul(value: Any) -> bool:
-    """True when any string (key or value) inside ``value`` holds a NUL character."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 def check_raw_messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list):
         raise InvalidMessages("messages must be a list of message objects", field="messages")
@@ -71,7 +55,7 @@ def check_raw_messages(messages: Any) -> list[dict[str, Any]]:
     for index, item in enumerate(messages):
         # PostgreSQL text cannot hold NUL, so refuse it on every database
         # rather than store a message SQLite keeps and PostgreSQL loses.
-        if _find_nul(item):
+        if holds_nul(item):
             raise InvalidMessages(
                 "the message holds a NUL character (\\u0000), which cannot be stored; escape binary output",
                 field=f"messages[{index}]",
