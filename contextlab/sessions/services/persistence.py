@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -17,7 +17,6 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from contextlab import telemetry
-from contextlab.engine.convert.openai import message_to_openai
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message, block_to_dict
 from contextlab.sessions import compaction_loss, payload_delta
@@ -135,9 +134,6 @@ class _Held:
     rows: dict[str, Message]
     ledger: dict[str, dict[str, Any]]
     unrowed: set[str]
-    # Each payload message's OpenAI form, by the (immutable) message object it
-    # came from, so a turn converts only the messages that are new or changed.
-    openai: dict[int, tuple[Message, list[dict[str, Any]]]] = field(default_factory=dict)
     # The last turn this engine wrote: the base of the next turn's stored delta.
     last_payload: _StoredPayload | None = None
 
@@ -301,23 +297,6 @@ def trace_step(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
     return {}
 
 
-def _openai_payload(held: _Held, result: TurnResult) -> list[dict[str, Any]]:
-    """``result.openai_messages()``, converting only the messages the last turn did not have.
-
-    The forms are shared with the previous turn's list: callers only read them.
-    """
-    known, kept = held.openai, {}
-    payload: list[dict[str, Any]] = []
-    for message in result.payload:
-        entry = known.get(id(message))
-        if entry is None or entry[0] is not message:
-            entry = (message, message_to_openai(message))
-        kept[id(message)] = entry
-        payload.extend(entry[1])
-    held.openai = kept
-    return payload
-
-
 def _stored_payload(held: _Held, number: int, payload: list[dict[str, Any]]) -> Any:
     """What the turn row stores: a delta against this engine's previous turn when that is
     the turn just before and the chain is short, else the payload whole."""
@@ -334,7 +313,8 @@ def _stored_payload(held: _Held, number: int, payload: list[dict[str, Any]]) -> 
 def _persist_turn(session: AgentSession, result: TurnResult, held: _Held,
                   usage: dict[str, Any] | None = None) -> Turn:
     trace = result.trace.to_dict()
-    payload = _openai_payload(held, result)
+    # Converted once per turn, from the forms the engine keeps per live message.
+    payload = result.openai_messages()
     stored = _stored_payload(held, int(trace["turn"]), payload)
     gate = trace_step(trace, "gate").get("numbers") or {}
     archived = (trace_step(trace, "mark_compressed").get("numbers") or {}).get("archived") or 0
