@@ -400,8 +400,11 @@ def fate_context(session: AgentSession, *, page: str | int | None = 1) -> dict[s
     # content can be megabytes: the list reads only the current (cut) content.
     qs = session.messages.order_by("-seq").defer("content")
     paged = Paginator(qs, MESSAGES_PER_PAGE).get_page(page)
+    # Pins are read with the rows so a live re-render of the list (every state change broadcasts one,
+    # the pin itself included) shows a pinned message as pinned instead of offering "pin" again.
     return {"fate_page": paged, "fate_rows": fate_rows(session, list(paged.object_list)),
-            "fate_live": paged.number == 1}
+            "fate_live": paged.number == 1,
+            "fate_pinned": set(services.pins_of(session).message_ids)}
 
 
 # -- truncation ledger ----------------------------------------------------------------------

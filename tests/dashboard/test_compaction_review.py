@@ -50,6 +50,19 @@ def test_it_pins_a_fact_and_a_message_and_shows_them_in_the_panel(alice_client, 
     assert "data-fact=" not in response.content.decode()
 
 
+def test_it_shows_a_pinned_message_as_pinned_when_the_message_list_is_rendered_again(alice_client,
+                                                                                     compactable_session):
+    # Pinning changes the state, and every state change re-renders the live message list over the
+    # websocket: that list must keep saying "pinned", not offer "pin" again.
+    session = compactable_session
+    live = SessionMessage.objects.filter(session=session, status="live").order_by("seq").first()
+    other = SessionMessage.objects.filter(session=session, status="live").order_by("-seq").first()
+    alice_client.post(_url(session, "pins/"), {"action": "pin_message", "seq": live.seq}, headers=HTMX)
+    listing = alice_client.get(_url(session, "messages/"), headers=HTMX).content.decode()
+    assert f'data-pin-seq="{live.seq}" disabled' in listing
+    assert f'data-pin-seq="{other.seq}" hx-post=' in listing
+
+
 def test_it_refuses_to_pin_what_is_not_live(alice_client, compactable_session):
     archived = SessionMessage.objects.filter(session=compactable_session, status="archived").first()
     response = alice_client.post(_url(compactable_session, "pins/"),
