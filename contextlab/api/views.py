@@ -174,8 +174,8 @@ def session_messages(request: ApiRequest, session_id: UUID) -> HttpResponse:
     body = json_body(request, MESSAGES_APPEND)
     if "messages" not in body:
         raise ApiError(400, "messages is required: a list of OpenAI, Anthropic or AgentScope messages", "messages")
+    # The append copies the committed counters onto ``session``: no second read of the row.
     rows = services.messages_append(session=session, messages=body["messages"])
-    session.refresh_from_db()
     return JsonResponse({"appended": len(rows), "messages": [row.to_dict() for row in rows],
                          "session": session.to_dict()}, status=201)
 

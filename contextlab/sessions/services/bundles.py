@@ -287,6 +287,12 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
         for name in _BUNDLE_SESSION_FIELDS:
             if name in (manifest.get("session") or {}):
                 setattr(session, name, manifest["session"][name])
+        # A new turn is written without a lookup when its number is past turns_count
+        # (persistence._persist_turn): a bundle whose count lags its turn rows must not
+        # make the next turn collide with one of them.
+        numbers = [r["number"] for r in rows.get("turns.jsonl", []) if type(r.get("number")) is int]
+        if numbers and isinstance(session.turns_count, int) and max(numbers) > session.turns_count:
+            session.turns_count = max(numbers)
         try:
             session.full_clean(exclude=["owner", "profile", "engine_state", "source"])
         except ValidationError as exc:

@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -136,6 +136,8 @@ class _Held:
     unrowed: set[str]
     # The last turn this engine wrote: the base of the next turn's stored delta.
     last_payload: _StoredPayload | None = None
+    # The message rows the last step wrote, as written (an append answers with them).
+    written: dict[str, SessionMessage] = field(default_factory=dict)
 
 
 @dataclass
@@ -250,9 +252,16 @@ def _persist_messages(session: AgentSession, manager: ContextManager, before: Ma
     left = [mid for mid in held.rows if mid not in live]
     touched = list(dict.fromkeys([*fate_order, *form_changed, *left]))
     held.unrowed &= live.keys()
+    held.written = {}
     if not touched:
         return False
-    existing = {row.message_id: row for row in SessionMessage.objects.filter(session=session, message_id__in=touched)}
+    # A message ingested in this step (one fate event, no row written by this engine)
+    # has no row yet: only the others are looked up, so an append reads nothing.
+    maybe_rowed = [mid for mid in touched if not (mid in originals and mid not in held.rows
+                                                  and len(manager.fate.get(mid) or ()) == 1)]
+    existing = ({row.message_id: row for row in SessionMessage.objects.filter(session=session,
+                                                                             message_id__in=maybe_rowed)}
+                if maybe_rowed else {})
     new_rows: list[SessionMessage] = []
     updated: list[SessionMessage] = []
     for mid in touched:
@@ -287,7 +296,15 @@ def _persist_messages(session: AgentSession, manager: ContextManager, before: Ma
     SessionMessage.objects.bulk_create(new_rows)
     if updated:
         SessionMessage.objects.bulk_update(updated, _MESSAGE_FIELDS)
+    held.written = {row.message_id: row for row in [*new_rows, *updated]}
     return bool(left)
+
+
+def written_rows(manager: ContextManager, message_ids: list[str]) -> list[SessionMessage]:
+    """The rows of ``message_ids`` the engine's last step wrote, in that order (skipping any it did
+    not write): what an append answers with, without reading them back."""
+    written = _held[manager].written if manager in _held else {}
+    return [written[mid] for mid in message_ids if mid in written]
 
 
 def trace_step(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -315,35 +332,40 @@ def _persist_turn(session: AgentSession, result: TurnResult, held: _Held,
     trace = result.trace.to_dict()
     # Converted once per turn, from the forms the engine keeps per live message.
     payload = result.openai_messages()
-    stored = _stored_payload(held, int(trace["turn"]), payload)
+    number = int(trace["turn"])
+    stored = _stored_payload(held, number, payload)
     gate = trace_step(trace, "gate").get("numbers") or {}
     archived = (trace_step(trace, "mark_compressed").get("numbers") or {}).get("archived") or 0
     budget = trace.get("budget") or {}
-    turn, created = Turn.objects.update_or_create(
-        session=session,
-        number=trace["turn"],
-        defaults={
-            "trigger": trace["trigger"],
-            "outcome": trace["outcome"],
-            "policy": trace["policy"],
-            "trace": trace,
-            "payload": stored,
-            "used_tokens": int(gate.get("used", 0)) + int(gate.get("messages_tokens", 0)),
-            "threshold": int(budget.get("threshold", 0)),
-            "window": int(budget.get("window", 0)),
-            "payload_tokens": int(trace["payload"]["tokens"]["total"]),
-            "compacted_count": int(archived),
-            "duration_ms": float(trace.get("duration_ms") or 0.0),
-            "summary_version": int(trace["payload"].get("summary_version") or 0),
-            # The profile's version now: the engine of this step was built from it
-            # (the engine cache is keyed by the profile's last change).
-            "profile_version": session.profile.version,
-            # Known already when the provider answered first (the gateway): written
-            # with the row, not by a second write of a row that holds the payload.
-            **({"usage": usage} if usage is not None else {}),
-        },
-    )
-    turn.set_payload(stored, payload)
+    values: dict[str, Any] = {
+        "trigger": trace["trigger"],
+        "outcome": trace["outcome"],
+        "policy": trace["policy"],
+        "trace": trace,
+        "payload": stored,
+        "used_tokens": int(gate.get("used", 0)) + int(gate.get("messages_tokens", 0)),
+        "threshold": int(budget.get("threshold", 0)),
+        "window": int(budget.get("window", 0)),
+        "payload_tokens": int(trace["payload"]["tokens"]["total"]),
+        "compacted_count": int(archived),
+        "duration_ms": float(trace.get("duration_ms") or 0.0),
+        "summary_version": int(trace["payload"].get("summary_version") or 0),
+        # The profile's version now: the engine of this step was built from it
+        # (the engine cache is keyed by the profile's last change).
+        "profile_version": session.profile.version,
+        # Known already when the provider answered first (the gateway): written
+        # with the row, not by a second write of a row that holds the payload.
+        **({"usage": usage} if usage is not None else {}),
+    }
+    if number > session.turns_count:
+        # A turn past the last one committed has no row: one INSERT, no lookup.
+        turn, created = Turn(session=session, number=number, **values), True
+        turn.set_payload(stored, payload)
+        turn.save(force_insert=True)
+    else:
+        # The same step persisted again (a staged turn, a replay): its row is updated.
+        turn, created = Turn.objects.update_or_create(session=session, number=number, defaults=values)
+        turn.set_payload(stored, payload)
     session.tokens_used = turn.payload_tokens
     if created:
         session.compactions_count += int(turn.outcome in COMPACTION_OUTCOMES)
@@ -397,6 +419,12 @@ def _persist_offloaded(session: AgentSession, manager: ContextManager, *, left_l
                                                     "sha256", "expires_at", "referenced"])
 
 
+# What ``persist_step`` (and its callers, under the same lock) change on the session row.
+_SESSION_FIELDS = ["engine_state", "summary", "summary_version", "turns_count", "live_count", "messages_count",
+                   "tokens_used", "tokens_threshold", "tokens_window", "compactions_count", "failures_count",
+                   "last_activity", "state_version", "system_prompt", "summary_call_until"]
+
+
 def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapping[str, int],
              originals: Mapping[str, Message] | None = None, result: TurnResult | None = None,
              usage: dict[str, Any] | None = None) -> Turn | None:
@@ -425,7 +453,9 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     session.tokens_window = profile.max_input_length
     session.last_activity = timezone.now()
     session.state_version += 1
-    session.save()
+    # Only the columns a step changes: the row's other columns (its import source,
+    # title, status) are neither re-encoded nor written back on every turn.
+    session.save(update_fields=None if session._state.adding else _SESSION_FIELDS)
     # The archive journal goes only once the database holds the state its lines
     # belong to; robust, because a journal left behind is harmless (the next load
     # sees its turn was saved and clears it) and must not turn a commit into an error.
