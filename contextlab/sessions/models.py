@@ -500,6 +500,30 @@ class SessionMessage(models.Model):
         return rows
 
 
+class SessionCall(models.Model):
+    """One tool call a session ingested, and whether its result came: the engine's record
+    of calls, kept as rows so that a commit writes the calls of its own step only.
+
+    ``made`` is False for a call the engine no longer holds (its message was taken
+    back) and for a result whose call it never held; ``input`` and ``raw_input`` are
+    the arguments as ingested.
+    """
+
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="calls")
+    call_id = models.TextField()
+    name = models.TextField(blank=True)
+    input = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
+    raw_input = models.TextField(null=True, blank=True)
+    made = models.BooleanField(default=True)
+    answered = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "call_id"], name="sessioncall_session_call_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.call_id}"
+
+
 class _PayloadAttribute:
     """``turn.payload``: always the whole payload, whatever form the row stores.
 

@@ -25,6 +25,7 @@ from contextlab.sessions.models import (
     FAILURE_OUTCOMES,
     AgentSession,
     OffloadedFile,
+    SessionCall,
     SessionMessage,
     SummaryVersion,
     Turn,
@@ -51,16 +52,24 @@ def load_manager(session: AgentSession) -> ContextManager:
         _held[manager] = _Held({}, {}, set())
         return manager
     state = session.engine_state
-    header = "live_ids" in state
+    # A header (the live messages in their rows): its live order is either listed
+    # ("live_ids", written before calls had rows, or when the order is not the rows')
+    # or the rows' own ("live"). Without either, a state saved whole before rows.
+    header = "live_ids" in state or "live" in state
+    seqs: dict[str, int] = {}
     if header:
-        state = _assemble_state(session, state)
+        state = _assemble_state(session, state, seqs)
+    calls = _stored_calls(session, state)
+    if calls.rowed:
+        state = {**state, "calls": calls.entries, "answered": sorted(calls.answered)}
     manager = ContextManager.from_state(profile, session.workspace, state, compactor=compactor,
                                         transactional=True)
     # What the rows hold now: everything live when they were read, nothing for
     # a session saved whole before per-message rows (its next commit writes them).
     unrowed = set((state.get("unrowed") or {}).get("messages", {})) if header else set()
     _held[manager] = _Held({m.id: m for m in manager.messages if m.id not in unrowed} if header else {},
-                           dict(manager.ledger), unrowed)
+                           dict(manager.ledger), unrowed, seqs=seqs, calls_rowed=calls.rowed,
+                           calls_made=calls.made, calls_answered=calls.answered)
     if manager.recovered_files:
         log.warning("session %s: cut %s back to before turn %s, whose state was never saved (the process "
                     "died before its commit)", session.pk, ", ".join(manager.recovered_files), manager.turn + 1)
@@ -138,6 +147,13 @@ class _Held:
     last_payload: _StoredPayload | None = None
     # The message rows the last step wrote, as written (an append answers with them).
     written: dict[str, SessionMessage] = field(default_factory=dict)
+    # The seq of each live message's row: the header names the live order only when
+    # it is not the rows' own.
+    seqs: dict[str, int] = field(default_factory=dict)
+    # The tool calls' rows: every call id with a row, those made (not taken back) and answered.
+    calls_rowed: set[str] = field(default_factory=set)
+    calls_made: set[str] = field(default_factory=set)
+    calls_answered: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -151,17 +167,30 @@ class _StoredPayload:
 _held: weakref.WeakKeyDictionary[ContextManager, _Held] = weakref.WeakKeyDictionary()
 
 
-def _assemble_state(session: AgentSession, header: Mapping[str, Any]) -> dict[str, Any]:
-    """The engine's state from the header and the rows: what a cold load costs."""
-    live_ids: list[str] = list(header["live_ids"])
+def _assemble_state(session: AgentSession, header: Mapping[str, Any], seqs: dict[str, int]) -> dict[str, Any]:
+    """The engine's state from the header and the rows: what a cold load costs. ``seqs``
+    gets the seq of each live message's row."""
     unrowed = header.get("unrowed") or {}
     forms: dict[str, Any] = dict(unrowed.get("messages") or {})
     fate: dict[str, Any] = dict(unrowed.get("fate") or {})
-    for message_id, events, form in (SessionMessage.objects.filter(session=session, message_id__in=live_ids)
-                                     .values_list("message_id", "fate", "live_form")):
+    listed = "live_ids" in header
+    live_rows = SessionMessage.objects.filter(session=session)
+    live_rows = (live_rows.filter(message_id__in=list(header["live_ids"])) if listed
+                 else live_rows.filter(live_form__isnull=False).order_by("seq"))
+    in_seq_order: list[str] = []
+    for message_id, seq, events, form in live_rows.values_list("message_id", "seq", "fate", "live_form"):
         if form is not None:
             forms[message_id] = form
             fate[message_id] = events
+            seqs[message_id] = seq
+            in_seq_order.append(message_id)
+    if listed:
+        live_ids: list[str] = list(header["live_ids"])
+    else:
+        # The rows' order, with the messages that have no row at their places.
+        live_ids = in_seq_order
+        for message_id, index in sorted((header["live"].get("unrowed_at") or {}).items(), key=lambda kv: kv[1]):
+            live_ids.insert(index, message_id)
     missing = [mid for mid in live_ids if mid not in forms]
     if missing:
         raise RuntimeError(f"session {session.pk}: no stored form of live message(s) {', '.join(missing[:5])}")
@@ -172,8 +201,62 @@ def _assemble_state(session: AgentSession, header: Mapping[str, Any]) -> dict[st
     ids = [*rows.values_list("message_id", flat=True), *forms]
     archived = list(rows.filter(status=SessionMessage.Status.ARCHIVED).order_by("seq")
                     .values_list("message_id", flat=True))
-    return {**header, "messages": messages, "fate": fate, "ledger": ledger, "ids": sorted(set(ids)),
-            "archived_ids": archived}
+    state = {**header, "messages": messages, "fate": fate, "ledger": ledger, "ids": sorted(set(ids)),
+             "archived_ids": archived}
+    state.pop("live", None)
+    return state
+
+
+def stored_live_ids(session: AgentSession) -> list[str]:
+    """The live message ids, in order, as the session's last commit left them (read from the
+    header and, when it names no order of its own, the rows); no engine is loaded."""
+    state = session.engine_state or {}
+    if "live_ids" in state:
+        return [str(mid) for mid in state["live_ids"]]
+    if "live" not in state:  # a state saved whole, before headers
+        return [str(m.get("id")) for m in state.get("messages") or [] if isinstance(m, dict)]
+    live_ids = list(SessionMessage.objects.filter(session=session, live_form__isnull=False).order_by("seq")
+                    .values_list("message_id", flat=True))
+    for message_id, index in sorted((state["live"].get("unrowed_at") or {}).items(), key=lambda kv: kv[1]):
+        live_ids.insert(index, message_id)
+    return live_ids
+
+
+@dataclass
+class _StoredCalls:
+    entries: dict[str, dict[str, Any]]
+    answered: set[str]
+    rowed: set[str]
+    made: set[str]
+
+
+def _stored_calls(session: AgentSession, state: Mapping[str, Any]) -> _StoredCalls:
+    """The session's tool calls from their rows, merged over any the state still lists (a state
+    written before calls had rows: its next commit gives them rows).
+
+    A call whose message is no longer live, and is not waiting for its result, comes back
+    without its arguments, as the header used to hold it: the engine reads only the live
+    ones' (the row keeps them all, for the record)."""
+    entries: dict[str, dict[str, Any]] = dict(state.get("calls") or {})
+    answered = set(state.get("answered") or [])
+    rowed: set[str] = set()
+    made: set[str] = set()
+    if session._state.adding:
+        return _StoredCalls(entries, answered, rowed, made)
+    live_calls = {block.get("id") for message in state.get("messages") or [] for block in message.get("content") or []
+                  if isinstance(block, dict) and block.get("type") == "tool_use"} | set(state.get("pending_calls") or {})
+    for call_id, name, arguments, raw, is_made, is_answered in (
+            SessionCall.objects.filter(session=session).order_by("pk")
+            .values_list("call_id", "name", "input", "raw_input", "made", "answered")):
+        rowed.add(call_id)
+        if is_made:
+            made.add(call_id)
+            keep = call_id in live_calls
+            entries[call_id] = {"id": call_id, "name": name, "input": arguments if keep else {},
+                                "raw_input": raw if keep else None}
+        if is_answered:
+            answered.add(call_id)
+    return _StoredCalls(entries, answered, rowed, made)
 
 
 @contextlib.contextmanager
@@ -290,9 +373,11 @@ def _persist_messages(session: AgentSession, manager: ContextManager, before: Ma
                 row.current_content = [block_to_dict(b) for b in message.content]
                 row.tokens = manager.exact_counter.count_message(message)
             held.rows[mid] = message
+            held.seqs[mid] = row.seq
         else:
             row.live_form = None
             held.rows.pop(mid, None)
+            held.seqs.pop(mid, None)
     SessionMessage.objects.bulk_create(new_rows)
     if updated:
         SessionMessage.objects.bulk_update(updated, _MESSAGE_FIELDS)
@@ -419,6 +504,55 @@ def _persist_offloaded(session: AgentSession, manager: ContextManager, *, left_l
                                                     "sha256", "expires_at", "referenced"])
 
 
+def _live_order(manager: ContextManager, held: _Held) -> dict[str, int] | None:
+    """Where the live messages without a row sit, when every other live message is in its
+    row's seq order (a load reads them back in that order); None when they are not."""
+    unrowed_at: dict[str, int] = {}
+    last = 0
+    for index, message in enumerate(manager.messages):
+        if message.id in held.unrowed:
+            unrowed_at[message.id] = index
+            continue
+        seq = held.seqs.get(message.id)
+        if seq is None or seq <= last:
+            return None
+        last = seq
+    return unrowed_at
+
+
+def _persist_calls(session: AgentSession, manager: ContextManager, held: _Held) -> None:
+    """Write the tool calls this step added, took back or answered: one row per call id,
+    so a commit's cost follows the step's calls, not every call the session ever saw."""
+    seen = manager.calls_seen()
+    answered = manager.answered_call_ids()
+    made = seen.keys() - held.calls_made
+    taken_back = held.calls_made - seen.keys()
+    newly_answered = answered - held.calls_answered
+    if not (made or taken_back or newly_answered):
+        return
+    new_rows = [SessionCall(session=session, call_id=call_id, name=seen[call_id].name, input=seen[call_id].input,
+                            raw_input=seen[call_id].raw_input, made=True, answered=call_id in answered)
+                for call_id in sorted(made - held.calls_rowed)]
+    # A result whose call the engine does not hold (its message was taken back).
+    new_rows += [SessionCall(session=session, call_id=call_id, name="", input={}, made=False, answered=True)
+                 for call_id in sorted(newly_answered - seen.keys() - held.calls_rowed)]
+    SessionCall.objects.bulk_create(new_rows)
+    inserted = {row.call_id for row in new_rows}
+    for call_id in sorted(made & held.calls_rowed):  # taken back earlier, made again under the same id
+        call = seen[call_id]
+        SessionCall.objects.filter(session=session, call_id=call_id).update(
+            name=call.name, input=call.input, raw_input=call.raw_input, made=True)
+    if taken_back:
+        SessionCall.objects.filter(session=session, call_id__in=sorted(taken_back)).update(made=False)
+    answered_rows = sorted((newly_answered & held.calls_rowed) - inserted)
+    if answered_rows:
+        SessionCall.objects.filter(session=session, call_id__in=answered_rows).update(answered=True)
+    held.calls_rowed |= inserted
+    held.calls_made |= made
+    held.calls_made -= taken_back
+    held.calls_answered |= newly_answered
+
+
 # What ``persist_step`` (and its callers, under the same lock) change on the session row.
 _SESSION_FIELDS = ["engine_state", "summary", "summary_version", "turns_count", "live_count", "messages_count",
                    "tokens_used", "tokens_threshold", "tokens_window", "compactions_count", "failures_count",
@@ -438,8 +572,17 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     if new_summary:
         # Only a new summary version has a loss at compaction to check (a query saved on every other step).
         compaction_loss.record(session)
+    _persist_calls(session, manager, held)
     profile = manager.profile
-    header = manager.export_state(per_message=False)
+    # The header does not grow with the session: the calls are in their rows, and the
+    # live order is the rows' seq order (only the places of messages without a row are
+    # named), except after a step that reordered them (then the ids are listed).
+    header = manager.export_header()
+    live_order = _live_order(manager, held)
+    if live_order is None:
+        header["live_ids"] = manager.live_ids()
+    else:
+        header["live"] = {"unrowed_at": live_order}
     if held.unrowed:
         live = {m.id: m for m in manager.messages}
         header["unrowed"] = {"messages": {mid: manager.message_form(live[mid]) for mid in held.unrowed},
