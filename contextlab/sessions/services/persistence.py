@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
 import logging
 import threading
 import weakref
@@ -69,7 +71,8 @@ def load_manager(session: AgentSession) -> ContextManager:
     unrowed = set((state.get("unrowed") or {}).get("messages", {})) if header else set()
     _held[manager] = _Held({m.id: m for m in manager.messages if m.id not in unrowed} if header else {},
                            dict(manager.ledger), unrowed, seqs=seqs, calls_rowed=calls.rowed,
-                           calls_made=calls.made, calls_answered=calls.answered)
+                           calls_made=calls.made, calls_answered=calls.answered,
+                           written_ids=list(map(id, manager.messages)) if header else [])
     if manager.recovered_files:
         log.warning("session %s: cut %s back to before turn %s, whose state was never saved (the process "
                     "died before its commit)", session.pk, ", ".join(manager.recovered_files), manager.turn + 1)
@@ -150,6 +153,15 @@ class _Held:
     # The seq of each live message's row: the header names the live order only when
     # it is not the rows' own.
     seqs: dict[str, int] = field(default_factory=dict)
+    # The identities of the live message objects at the last write, in order: a step that
+    # only appended is recognised by one comparison.
+    written_ids: list[int] = field(default_factory=list)
+    # Whether the last step's live list was the one written before plus new messages at its end.
+    appended_only: bool = False
+    # The live order check of the last write: how many live messages it covered, the
+    # seq of the last one with a row (0: none; None: not in seq order) and where the
+    # messages without a row sat.
+    ordered: tuple[int, int | None, dict[str, int]] = (0, 0, {})
     # The tool calls' rows: every call id with a row, those made (not taken back) and answered.
     calls_rowed: set[str] = field(default_factory=set)
     calls_made: set[str] = field(default_factory=set)
@@ -283,7 +295,37 @@ def locked_session(session: AgentSession, *, keep: bool = True) -> Iterator[tupl
 
 
 def fate_sizes(manager: ContextManager) -> dict[str, int]:
-    return {message_id: len(events) for message_id, events in manager.fate.items()}
+    # Built in C (zip, map): it runs before every step, over every message the session holds.
+    return dict(zip(manager.fate.keys(), map(len, manager.fate.values()), strict=True))
+
+
+def _fate_changed(manager: ContextManager, before: Mapping[str, int]) -> list[str]:
+    """The ids whose fate gained events since ``before``, in the engine's order (ingest order)."""
+    fate = manager.fate
+    sizes = list(map(len, fate.values()))
+    known = len(before)
+    if (len(sizes) >= known and sizes[:known] == list(before.values())
+            and list(itertools.islice(fate.keys(), known)) == list(before.keys())):
+        # Nothing old changed (compared in C): only the messages ingested since.
+        return list(itertools.islice(fate.keys(), known, None))
+    return [mid for mid, size in zip(fate.keys(), sizes, strict=True) if size != before.get(mid)]
+
+
+def _form_changed(manager: ContextManager, held: _Held) -> tuple[list[str], list[str], Mapping[str, Message]]:
+    """(live messages whose object is not the one their row was written from, rowed messages
+    no longer live, the live messages by id). The live list is usually the last one written
+    plus new messages at its end: that is checked in C (object identities), and only the
+    new tail is looked at; the others are then the very objects of ``held.rows``."""
+    messages = manager.messages
+    known = len(held.written_ids)
+    held.appended_only = known <= len(messages) and list(map(id, messages[:known])) == held.written_ids
+    if held.appended_only:
+        tail = {m.id: m for m in messages[known:]}
+        changed = [mid for mid, m in tail.items() if held.rows.get(mid) is not m and mid not in held.unrowed]
+        return changed, [], collections.ChainMap(tail, held.rows)
+    live = {m.id: m for m in messages}
+    form_changed = [mid for mid, m in live.items() if held.rows.get(mid) is not m and mid not in held.unrowed]
+    return form_changed, [mid for mid in held.rows if mid not in live], live
 
 
 def _apply_fate(row: SessionMessage, events: list[dict[str, Any]], live: Message | None,
@@ -327,16 +369,16 @@ def _persist_messages(session: AgentSession, manager: ContextManager, before: Ma
     a message left the live context.
     """
     held = _held.setdefault(manager, _Held({}, {}, set()))
-    live = {m.id: m for m in manager.messages}
     # In the engine's order (ingest order), which is the order new rows get their seq in.
-    fate_order = [mid for mid, events in manager.fate.items() if len(events) != before.get(mid)]
+    fate_order = _fate_changed(manager, before)
     fate_changed = set(fate_order)
-    form_changed = [mid for mid, m in live.items() if held.rows.get(mid) is not m and mid not in held.unrowed]
-    left = [mid for mid in held.rows if mid not in live]
+    form_changed, left, live = _form_changed(manager, held)
     touched = list(dict.fromkeys([*fate_order, *form_changed, *left]))
-    held.unrowed &= live.keys()
+    if held.unrowed and not held.appended_only:
+        held.unrowed &= {m.id for m in manager.messages}
     held.written = {}
     if not touched:
+        held.written_ids = list(map(id, manager.messages))
         return False
     # A message ingested in this step (one fate event, no row written by this engine)
     # has no row yet: only the others are looked up, so an append reads nothing.
@@ -352,7 +394,7 @@ def _persist_messages(session: AgentSession, manager: ContextManager, before: Ma
         if row is None:
             original = originals.get(mid)
             if original is None:
-                if mid in live:
+                if mid in live or mid in held.unrowed:
                     held.unrowed.add(mid)  # made by the engine (a placeholder): kept in the header
                 else:
                     log.warning("session %s: message %s has no ingested original; not recorded", session.pk, mid)
@@ -382,6 +424,7 @@ def _persist_messages(session: AgentSession, manager: ContextManager, before: Ma
     if updated:
         SessionMessage.objects.bulk_update(updated, _MESSAGE_FIELDS)
     held.written = {row.message_id: row for row in [*new_rows, *updated]}
+    held.written_ids = list(map(id, manager.messages))
     return bool(left)
 
 
@@ -506,18 +549,26 @@ def _persist_offloaded(session: AgentSession, manager: ContextManager, *, left_l
 
 def _live_order(manager: ContextManager, held: _Held) -> dict[str, int] | None:
     """Where the live messages without a row sit, when every other live message is in its
-    row's seq order (a load reads them back in that order); None when they are not."""
-    unrowed_at: dict[str, int] = {}
-    last = 0
-    for index, message in enumerate(manager.messages):
+    row's seq order (a load reads them back in that order); None when they are not.
+
+    After a step that only appended, only the new messages are looked at."""
+    messages = manager.messages
+    count, last, unrowed_at = held.ordered
+    if not (held.appended_only and last is not None and count <= len(messages)):
+        count, last, unrowed_at = 0, 0, {}
+    unrowed_at = dict(unrowed_at)
+    for index in range(count, len(messages)):
+        message = messages[index]
         if message.id in held.unrowed:
             unrowed_at[message.id] = index
             continue
         seq = held.seqs.get(message.id)
-        if seq is None or seq <= last:
-            return None
+        if seq is None or last is None or seq <= last:
+            last = None
+            break
         last = seq
-    return unrowed_at
+    held.ordered = (len(messages), last, unrowed_at)
+    return unrowed_at if last is not None else None
 
 
 def _persist_calls(session: AgentSession, manager: ContextManager, held: _Held) -> None:
@@ -584,7 +635,9 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     else:
         header["live"] = {"unrowed_at": live_order}
     if held.unrowed:
-        live = {m.id: m for m in manager.messages}
+        # Found by their places when the order check has them (no pass over the live list).
+        live = ({mid: manager.messages[index] for mid, index in live_order.items()} if live_order is not None
+                else {m.id: m for m in manager.messages})
         header["unrowed"] = {"messages": {mid: manager.message_form(live[mid]) for mid in held.unrowed},
                              "fate": {mid: manager.fate.get(mid, []) for mid in held.unrowed}}
     session.engine_state = header
