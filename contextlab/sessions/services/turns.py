@@ -67,12 +67,13 @@ def session_delete(*, session: AgentSession) -> None:
 
 
 def _counters_to(session: AgentSession, locked: AgentSession) -> None:
-    """The caller's copy of the session gets the numbers the step committed (no second read)."""
+    """The caller's copy of the session gets the row as the step committed it (no second read;
+    the caller may have read only the id): every column but the state header, and the profile."""
     if session is not locked:
-        for name in ("messages_count", "live_count", "turns_count", "tokens_used", "compactions_count",
-                     "failures_count", "summary_version", "state_version", "last_activity", "tokens_threshold",
-                     "tokens_window"):
-            setattr(session, name, getattr(locked, name))
+        for column in AgentSession._meta.concrete_fields:
+            if column.attname != "engine_state":
+                setattr(session, column.attname, getattr(locked, column.attname))
+        session.profile = locked.profile
 
 
 def messages_append(*, session: AgentSession, messages: Any) -> list[SessionMessage]:
