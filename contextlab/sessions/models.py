@@ -1,8 +1,9 @@
 """Agent profiles and sessions, and everything a session's turns leave behind.
 
 The engine does the work and keeps its own state: a small header in
-``AgentSession.engine_state`` (``ContextManager.export_state(per_message=False)``)
-and each live message's form in its ``SessionMessage`` row; the other tables are the
+``AgentSession.engine_state`` (``ContextManager.export_header()``, plus where the live
+order is kept), each live message's form in its ``SessionMessage`` row and each tool call
+in a ``SessionCall`` row; the other tables are the
 queryable record the pages and the API read: one row per message with its fate,
 one per turn with its trace, one per summary version, offloaded file and
 manual compaction run.
@@ -304,9 +305,10 @@ class AgentSession(models.Model):
     title = models.CharField(max_length=200, blank=True)
     system_prompt = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
-    # The engine's state header (export_state(per_message=False)); the live
-    # messages are in their rows (SessionMessage.live_form). Sessions saved
-    # before that hold the whole state here, which loads as well.
+    # The engine's state header (export_header(), and "live": the live order is the
+    # rows' seq order, or "live_ids" when a step reordered them); the live messages
+    # are in their rows (SessionMessage.live_form), the tool calls in SessionCall rows.
+    # Sessions saved before that hold the whole state here, which loads as well.
     engine_state = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
     summary = models.TextField(blank=True)
     summary_version = models.PositiveIntegerField(default=0)
