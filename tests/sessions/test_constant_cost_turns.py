@@ -135,3 +135,27 @@ def test_it_moves_the_calls_of_an_existing_header_into_rows_on_migrating(alice, 
     assert SessionCall.objects.filter(session=session, made=True, answered=True).count() == 10
     persistence.engines.clear()
     assert load_manager(session).export_state(history=False) == expected
+
+
+def test_it_carries_the_call_rows_through_a_bundle(alice, wide):
+    session = _session_of(alice, wide, 40)
+    with locked_session(session) as (_, kept):
+        expected = kept.export_state(history=False)
+    copy = services.session_import_bundle(owner=alice, data=services.session_export(session=session))
+    assert SessionCall.objects.filter(session=copy).count() == 10
+    persistence.engines.clear()
+    restored = load_manager(copy).export_state(history=False)
+    assert (restored["calls"], restored["answered"]) == (expected["calls"], expected["answered"])
+    # The copy goes on: a result for one of its calls pairs with it.
+    services.messages_append_openai(session=copy, messages=_exchange(11))
+    assert_nothing_lost(copy)
+
+
+def test_it_forgets_the_call_rows_when_an_import_starts_again(alice, wide):
+    from contextlab.sessions.services.runs import import_reset
+
+    session = _session_of(alice, wide, 40)
+    import_reset(session)
+    assert not SessionCall.objects.filter(session=session).exists()
+    services.messages_append_openai(session=session, messages=[m for i in range(1, 4) for m in _exchange(i)])
+    assert SessionCall.objects.filter(session=session).count() == 3

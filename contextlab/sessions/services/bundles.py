@@ -35,6 +35,7 @@ from contextlab.sessions.models import (
     AgentSession,
     CompactionRun,
     OffloadedFile,
+    SessionCall,
     SessionMessage,
     SummaryVersion,
     Turn,
@@ -60,6 +61,8 @@ _BUNDLE_ROWS: dict[str, tuple[type[Any], tuple[str, ...]]] = {
                                          "compacted_ids", "created")),
     "offloaded_files.jsonl": (OffloadedFile, ("path", "message_id", "tool", "stage", "bytes", "kept_bytes", "sha256",
                                               "expires_at", "referenced")),
+    # The engine's record of tool calls (the state header no longer lists them).
+    "calls.jsonl": (SessionCall, ("call_id", "name", "input", "raw_input", "made", "answered")),
     "compaction_runs.jsonl": (CompactionRun, ("status", "trigger", "instruction", "error", "turn_number", "outcome",
                                               "created", "started", "finished")),
 }
