@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 from contextlab.sessions.models import AgentSession, SessionMessage
+from contextlab.sessions.services.persistence import stored_live_ids
 
 
 def assert_nothing_lost(session: AgentSession) -> None:
     """Every message ever ingested is in the live context or in the archive, as ingested."""
     session.refresh_from_db()
-    live_ids = session.engine_state["live_ids"]
+    live_ids = stored_live_ids(session)
     rows = list(SessionMessage.objects.filter(session=session).order_by("seq"))
     assert len({r.message_id for r in rows}) == len(rows)
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))

@@ -52,6 +52,15 @@ def _session(request: ApiRequest, session_id: UUID) -> AgentSession:
     return session
 
 
+def _session_ref(request: ApiRequest, session_id: UUID) -> AgentSession:
+    """``_session`` for a view whose service locks and reads the row itself: only the id is read
+    here (the owner check), not the row and its profile a second time."""
+    session = AgentSession.objects.only("id", "owner_id").filter(pk=session_id, owner=request.user).first()
+    if session is None:
+        raise ApiError(404, f"you have no session {session_id}", "id")
+    return session
+
+
 def _int_param(request: HttpRequest, name: str, default: int, *, low: int = 0, high: int = MAX_DB_INT) -> int:
     raw = request.GET.get(name)
     if raw is None:
@@ -170,12 +179,12 @@ def session_detail(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @require_methods("POST")
 @authorize
 def session_messages(request: ApiRequest, session_id: UUID) -> HttpResponse:
-    session = _session(request, session_id)
+    session = _session_ref(request, session_id)
     body = json_body(request, MESSAGES_APPEND)
     if "messages" not in body:
         raise ApiError(400, "messages is required: a list of OpenAI, Anthropic or AgentScope messages", "messages")
+    # The append copies the committed counters onto ``session``: no second read of the row.
     rows = services.messages_append(session=session, messages=body["messages"])
-    session.refresh_from_db()
     return JsonResponse({"appended": len(rows), "messages": [row.to_dict() for row in rows],
                          "session": session.to_dict()}, status=201)
 
@@ -184,7 +193,7 @@ def session_messages(request: ApiRequest, session_id: UUID) -> HttpResponse:
 @require_methods("POST")
 @authorize
 def session_prepare(request: ApiRequest, session_id: UUID) -> HttpResponse:
-    session = _session(request, session_id)
+    session = _session_ref(request, session_id)
     body = json_body(request, PREPARE)
     # The call's tool definitions and response format, when the client sends them,
     # are a layer of its budget (they are billed as prompt tokens).

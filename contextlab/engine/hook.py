@@ -20,9 +20,11 @@ import datetime as dt
 import json
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from contextlab.engine.archive import DialogArchive
@@ -1153,19 +1155,40 @@ class ContextManager:
             return header
         return self._export(history=history, messages=True)
 
-    def _export(self, *, history: bool, messages: bool) -> dict[str, Any]:
+    def export_header(self) -> dict[str, Any]:
+        """``export_state(per_message=False)`` without the three parts that grow with the
+        session: the live ids, every tool call seen and every answered call id. Its size
+        follows what the session holds besides its messages and calls, so a caller can
+        store it on every commit; that caller keeps the rest itself (the order of its
+        message rows, ``calls_seen``, ``answered_call_ids``) and puts ``messages``,
+        ``calls`` and ``answered`` back before ``from_state``.
+        """
+        header = self._export(history=False, messages=False, calls=False)
+        for key in ("messages", "fate", "ledger", "ids", "archived_ids", "calls", "answered"):
+            header.pop(key)
+        return header
+
+    def calls_seen(self) -> Mapping[str, ToolUseBlock]:
+        """Every tool call ingested and not taken back, by call id (read only: the engine's own)."""
+        return MappingProxyType(self._calls)
+
+    def answered_call_ids(self) -> AbstractSet[str]:
+        """The ids of the calls whose result was ingested (read only: the engine's own set)."""
+        return self._answered
+
+    def _export(self, *, history: bool, messages: bool, calls: bool = True) -> dict[str, Any]:
         live = {m.id for m in self.messages} if not history else set()
         # Runs on every commit: no list per message (``tool_uses`` builds one), and
         # no pass at all when no call's arguments could be left out.
         live_calls = ({b.id for m in self.messages for b in m.content if isinstance(b, ToolUseBlock)}
-                      | set(self._pending_calls) if not history and self._calls else set())
+                      | set(self._pending_calls) if calls and not history and self._calls else set())
         # A header (messages=False) leaves fate and ledger out: not worth a pass over them.
         fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live} if messages else {}
         ledger = self.ledger if history else {k: v for k, v in self.ledger.items()
                                               if k.rpartition("#")[0] in live} if messages else {}
-        calls = {k: {"id": v.id, "name": v.name, "input": v.input if history or k in live_calls else {},
-                     "raw_input": v.raw_input if history or k in live_calls else None}
-                 for k, v in self._calls.items()}
+        known_calls = {k: {"id": v.id, "name": v.name, "input": v.input if history or k in live_calls else {},
+                           "raw_input": v.raw_input if history or k in live_calls else None}
+                       for k, v in self._calls.items()} if calls else {}
         return {
             "state_version": 1,
             "system_prompt": self.system_prompt,
@@ -1184,9 +1207,9 @@ class ContextManager:
             "fate": fate,
             "ledger": ledger,
             "ids": sorted(self._ids) if messages else [],
-            "calls": calls,
+            "calls": known_calls,
             "archive_files": sorted(self._archive_files),
-            "answered": sorted(self._answered),
+            "answered": sorted(self._answered) if calls else [],
             "pending_calls": self._pending_calls,
             "recent": list(self._recent),
             "slid_out": list(self._slid_out),

@@ -70,15 +70,12 @@ class GatewaySessionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ("key", "session__id", "owner__username")
     # The history is the gateway's record of what it ingested; edited by hand
     # it would no longer match the session's messages.
-    readonly_fields = ("session", "owner", "key", "kind", "history", "forked_from", "created", "updated")
+    readonly_fields = ("session", "owner", "key", "kind", "history_length", "history_chain", "history_before_last",
+                       "forked_from", "created", "updated")
 
     @admin.display(description="key")
     def short_key(self, obj: GatewaySession) -> str:
         return obj.key if len(obj.key) <= 48 else obj.key[:47] + "…"
-
-    @admin.display(description="messages ingested")
-    def history_length(self, obj: GatewaySession) -> int:
-        return len(obj.history or [])
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

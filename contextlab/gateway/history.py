@@ -20,6 +20,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 SYSTEM_ROLES = ("system", "developer")
@@ -65,6 +66,47 @@ def digest(message: Any) -> str:
     return _hash([role, content_text(message.get("content"))])
 
 
+def chain_step(previous: str, message_digest: str) -> str:
+    """The chained digest of a history one message longer: it stands for every digest before it, in order."""
+    return hashlib.sha256(f"{previous}:{message_digest}".encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def chained(digests: Sequence[str], start: str = "") -> list[str]:
+    """The chained digest after each message: ``chained(d)[i]`` stands for ``d[:i + 1]``."""
+    out: list[str] = []
+    previous = start
+    for message_digest in digests:
+        previous = chain_step(previous, message_digest)
+        out.append(previous)
+    return out
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What a session's gateway row keeps of the history it ingested, in constant size:
+    how many messages, the chained digest of all of them, and of all but the last
+    (to recognise a repeat of the request the last reply answered)."""
+
+    length: int = 0
+    chain: str = ""
+    before_last: str = ""
+
+    @classmethod
+    def of(cls, chains: Sequence[str]) -> Ingested:
+        """The record of a history whose chained digests are ``chains``."""
+        return cls(len(chains), chains[-1] if chains else "", chains[-2] if len(chains) > 1 else "")
+
+
+def continues_chain(stored: Ingested, chains: Sequence[str]) -> bool:
+    """``continues`` for a stored record and the request's chained digests: O(1)."""
+    return stored.length <= len(chains) and (stored.length == 0 or chains[stored.length - 1] == stored.chain)
+
+
+def repeats_chain(stored: Ingested, chains: Sequence[str]) -> bool:
+    """``repeats`` for a stored record and the request's chained digests: O(1)."""
+    return stored.length == len(chains) + 1 and stored.before_last == (chains[-1] if chains else "")
+
+
 class PrefixDigests:
     """The digests of the messages a conversation sent last time, to digest only what is new.
 
@@ -79,26 +121,42 @@ class PrefixDigests:
     def __init__(self, size: int) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._known: OrderedDict[Hashable, tuple[list[Any], list[str]]] = OrderedDict()
+        self._known: OrderedDict[Hashable, tuple[list[Any], list[str], list[str]]] = OrderedDict()
 
     def digests(self, conversation: Hashable, messages: Sequence[Any]) -> list[str]:
+        return self.prefix(conversation, messages)[0]
+
+    def prefix(self, conversation: Hashable, messages: Sequence[Any]) -> tuple[list[str], list[str]]:
+        """(the digest of each message, the chained digest after each message)."""
         with self._lock:
-            known_messages, known_digests = self._known.pop(conversation, ([], []))
-        out: list[str] = []
-        for index, message in enumerate(messages):
-            if index < len(known_messages) and message == known_messages[index]:
-                out.append(known_digests[index])
-            else:
-                out.append(digest(message))
+            known_messages, known_digests, known_chains = self._known.pop(conversation, ([], [], []))
+        # The unchanged head in one comparison of the two lists (C speed; equal
+        # objects compare by identity first), then message by message from there.
+        same = len(known_messages) if (len(known_messages) <= len(messages)
+                                       and list(messages[:len(known_messages)]) == known_messages) else 0
+        if not same:
+            same = history_common_length(known_messages, messages)
+        digests = known_digests[:same] + [digest(message) for message in messages[same:]]
+        chains = known_chains[:same] + chained(digests[same:], known_chains[same - 1] if same else "")
         with self._lock:
-            self._known[conversation] = (list(messages), out)
+            self._known[conversation] = (list(messages), digests, chains)
             while len(self._known) > self.size:
                 self._known.popitem(last=False)
-        return list(out)
+        return list(digests), list(chains)
 
     def clear(self) -> None:
         with self._lock:
             self._known.clear()
+
+
+def history_common_length(known: Sequence[Any], messages: Sequence[Any]) -> int:
+    """How many leading messages the two lists share."""
+    n = 0
+    for a, b in zip(known, messages, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def split_system(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:

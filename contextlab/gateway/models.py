@@ -18,6 +18,7 @@ from django.db import models
 from django.utils.timezone import now
 
 from contextlab import providers
+from contextlab.gateway import history
 from contextlab.sessions.models import AgentProfile, AgentSession
 
 log = logging.getLogger(__name__)
@@ -116,10 +117,12 @@ class UpstreamProvider(models.Model):
 class GatewaySession(models.Model):
     """A session the gateway drives, with the client-side history it has ingested.
 
-    ``history`` holds one content digest per client message already ingested
-    (the system prompt excluded), in order, plus one for each reply the gateway
-    recorded. A request whose messages start with exactly this list continues
-    the session; the rest of its messages are new.
+    The history is one content digest per client message already ingested (the
+    system prompt excluded), in order, plus one for each reply the gateway
+    recorded; the row keeps it chained (``history.chained``), so its size does not
+    grow with the conversation: the number of messages, the chained digest of all
+    of them and of all but the last. A request whose first ``history_length``
+    messages chain to ``history_chain`` continues the session; the rest are new.
     """
 
     class Kind(models.TextChoices):
@@ -132,7 +135,9 @@ class GatewaySession(models.Model):
     # history gets a new session under the same key (see ``forked_from``).
     key = models.CharField(max_length=300)
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    history = models.JSONField(default=list, blank=True)
+    history_length = models.PositiveIntegerField(default=0)
+    history_chain = models.CharField(max_length=64, blank=True, default="")
+    history_before_last = models.CharField(max_length=64, blank=True, default="")
     # When the call whose reply ends ``history`` was prepared: of two attempts of one
     # request (a client retried before the first was answered), the later one's reply stands.
     reply_prepared = models.DateTimeField(null=True, blank=True)
@@ -145,6 +150,14 @@ class GatewaySession(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key[:40]} → {self.session_id}"
+
+    @property
+    def ingested(self) -> history.Ingested:
+        return history.Ingested(self.history_length, self.history_chain, self.history_before_last)
+
+    @ingested.setter
+    def ingested(self, value: history.Ingested) -> None:
+        self.history_length, self.history_chain, self.history_before_last = value.length, value.chain, value.before_last
 
 
 class GatewayExchange(models.Model):

@@ -183,6 +183,8 @@ class Exchange:
     kind: str = ""
     forked_from: AgentSession | None = None
     digests: list[str] = field(default_factory=list)
+    # The chained digest after each message of the request (``history.chained``).
+    chains: list[str] = field(default_factory=list)
     rest: list[Any] = field(default_factory=list)
     # The session's ingested history when the call was prepared (a repeat's ends with the reply it replaces).
     history_length: int = 0
@@ -230,15 +232,15 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
         system_messages, rest = history.split_system(messages)
         system = history.system_prompt(system_messages)
         key, kind = _key(profile, provider, session_header, system, rest)
-        digests = known_digests.digests((owner.pk, profile.pk, key), rest)
-        exchange.key, exchange.kind, exchange.digests, exchange.rest = key, kind, digests, rest
+        digests, chains = known_digests.prefix((owner.pk, profile.pk, key), rest)
+        exchange.key, exchange.kind, exchange.digests, exchange.chains, exchange.rest = key, kind, digests, chains, rest
         def advance(*, defer_summary: bool = False) -> tuple[sessions.PendingTurn, GatewaySession | None]:
             """Find the session and run the hook on what is new, in one short transaction."""
             nonlocal stage
             stage = "identity"
             with transaction.atomic():
                 gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
-                                                                         digests, retry=retry)
+                                                                         chains, retry=retry)
                 session = gateway.session if gateway is not None else sessions.session_new(
                     owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
                 exchange.session = session
@@ -252,7 +254,7 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
                         session = sessions.session_new(owner=owner, system_prompt=system, profile=profile,
                                                        title=_title(kind, key, rest))
                         exchange.session = session
-                exchange.history_length = len(gateway.history) if gateway is not None else 0
+                exchange.history_length = gateway.history_length if gateway is not None else 0
                 exchange.matched = min(exchange.history_length, len(digests))
                 # Tool definitions and a structured-output schema are billed as prompt
                 # tokens: the engine counts them as a layer of this call's budget.
@@ -264,7 +266,7 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
                 if pending.committed:
                     # The hook compacted and its turn is written now: the ingested
                     # history goes with it, in the same transaction.
-                    _history_save(exchange, gateway, digests)
+                    _history_save(exchange, gateway, history.Ingested.of(chains))
             exchange.gateway = gateway
             return pending, gateway
 
@@ -321,12 +323,12 @@ def _summarised(exchange: Exchange, pending: sessions.PendingTurn,
     with transaction.atomic():
         # The gateway row first, then the session row: the lock order of every call.
         locked = None if gateway is None else _locked_row(gateway.pk)
-        if locked is not None and len(locked.history) != exchange.history_length:
+        if locked is not None and locked.history_length != exchange.history_length:
             AgentSession.objects.filter(pk=pending.session.pk).update(summary_call_until=None)
             return pending
         if sessions.pending_turn_apply_plan(pending=pending, planned=planned):
             exchange.session = pending.session
-            _history_save(exchange, locked, exchange.digests)
+            _history_save(exchange, locked, history.Ingested.of(exchange.chains))
     return pending
 
 
@@ -375,7 +377,7 @@ def _title(kind: str, key: str, rest: list[Any]) -> str:
 
 
 def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_header: str,
-          digests: list[str], *, retry: bool = False) -> tuple[GatewaySession | None, str, AgentSession | None]:
+          chains: list[str], *, retry: bool = False) -> tuple[GatewaySession | None, str, AgentSession | None]:
     """The session whose ingested history the request continues (its gateway row locked), or None
     for a new one; how it was found; and, for a new one, the session it forks from.
 
@@ -398,9 +400,9 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
             gateway, _ = GatewaySession.objects.get_or_create(
                 session=named, defaults={"owner": owner, "key": key, "kind": kind})
             candidates.insert(0, gateway)
-    fitting = [c for c in candidates if history.continues(c.history, digests)]
+    fitting = [c for c in candidates if history.continues_chain(c.ingested, chains)]
     if fitting:
-        best = max(fitting, key=lambda c: (len(c.history), c.updated))
+        best = max(fitting, key=lambda c: (c.history_length, c.updated))
         # Lock order everywhere: the gateway row, then the session row (the services' own lock).
         # Another call may have moved the session on while this one looked: the
         # row as read is still good when its last change is the one read (the
@@ -411,31 +413,33 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
             return best, "continued", None
         locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
                   .defer("session__engine_state").get(pk=best.pk))
-        if history.continues(locked.history, digests):
+        if history.continues_chain(locked.ingested, chains):
             return locked, "continued", None
     for candidate in candidates if retry else []:
-        if history.repeats(candidate.history, digests):
+        if history.repeats_chain(candidate.ingested, chains):
             locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
                       .defer("session__engine_state").get(pk=candidate.pk))
-            if history.repeats(locked.history, digests):
+            if history.repeats_chain(locked.ingested, chains):
                 return locked, "repeated", None
     if candidates:
         return None, "forked", candidates[0].session
     return None, "new", None
 
 
-def _history_save(exchange: Exchange, gateway: GatewaySession | None, digests: list[str]) -> None:
+def _history_save(exchange: Exchange, gateway: GatewaySession | None, ingested: history.Ingested) -> None:
     """Store the ingested history of the exchange's session (its gateway row, created for a new session)."""
     assert exchange.session is not None
     if gateway is None:
-        GatewaySession.objects.create(session=exchange.session, owner=exchange.owner, key=exchange.key,
-                                      kind=exchange.kind, forked_from=exchange.forked_from, history=digests,
-                                      reply_prepared=exchange.prepared)
+        row = GatewaySession(session=exchange.session, owner=exchange.owner, key=exchange.key, kind=exchange.kind,
+                             forked_from=exchange.forked_from, reply_prepared=exchange.prepared)
+        row.ingested = ingested
+        row.save(force_insert=True)
         return
-    gateway.history = digests
+    gateway.ingested = ingested
     gateway.updated = now()
     gateway.reply_prepared = exchange.prepared
-    gateway.save(update_fields=["history", "updated", "reply_prepared"])
+    gateway.save(update_fields=["history_length", "history_chain", "history_before_last", "updated",
+                                "reply_prepared"])
 
 
 def _forget_unsaved(exchange: Exchange) -> None:
@@ -508,38 +512,41 @@ def _commit(exchange: Exchange, reply: dict[str, Any] | None, usage: dict[str, A
     pending = exchange.pending
     assert pending is not None and exchange.session is not None
     replies = [history.reply_message(reply)] if reply is not None else []
-    reply_digests = [*exchange.digests, *([history.digest(reply)] if reply is not None else [])]
+    # The history with the reply: its record is one chain step past the request's.
+    reply_chains = [*exchange.chains, *([history.chain_step(exchange.chains[-1] if exchange.chains else "",
+                                                            history.digest(reply))] if reply is not None else [])]
+    reply_ingested = history.Ingested.of(reply_chains)
     if pending.committed:
         gateway = None if exchange.session._state.adding else _locked_row(exchange.session.pk)
         sessions.pending_turn_commit(pending=pending, reply=replies)
-        _history_save(exchange, gateway, reply_digests)
+        _history_save(exchange, gateway, reply_ingested)
         return
     if exchange.session._state.adding:
         earlier = _earlier_attempt(exchange) if exchange.retry else None
         if earlier is not None:
             # An earlier attempt of this very request started the session meanwhile.
             shutil.rmtree(exchange.session.workspace, ignore_errors=True)
-            _commit_repeat(exchange, earlier, replies, reply_digests)
+            _commit_repeat(exchange, earlier, replies, reply_ingested)
             return
         sessions.pending_turn_commit(pending=pending, reply=replies, usage=usage)
-        _history_save(exchange, None, reply_digests)
+        _history_save(exchange, None, reply_ingested)
         return
     # The gateway row first, as in exchange_prepare, so two calls never wait on each other in a cycle.
     gateway = _relocked_row(exchange)
-    if len(gateway.history) != exchange.history_length:
-        if exchange.retry and pending.repeated is None and history.repeats(gateway.history, exchange.digests):
+    if gateway.history_length != exchange.history_length:
+        if exchange.retry and pending.repeated is None and history.repeats_chain(gateway.ingested, exchange.chains):
             # Another attempt of this very request was answered first.
-            _commit_repeat(exchange, gateway, replies, reply_digests)
+            _commit_repeat(exchange, gateway, replies, reply_ingested)
             return
-        if pending.repeated is not None or not history.continues(gateway.history, exchange.digests):
+        if pending.repeated is not None or not history.continues_chain(gateway.ingested, exchange.chains):
             exchange.notes.append("the session moved while the provider answered; this reply was not recorded")
             return
         # Another call of the same conversation wrote meanwhile: ingest what it did not.
-        pending.messages = exchange.rest[len(gateway.history):]
+        pending.messages = exchange.rest[gateway.history_length:]
     if not sessions.pending_turn_commit(pending=pending, reply=replies, usage=usage):
         exchange.notes.append("the session moved while the provider answered; the turn was run again")
         exchange.turn = int(AgentSession.objects.values_list("turns_count", flat=True).get(pk=exchange.session.pk))
-    _history_save(exchange, gateway, reply_digests)
+    _history_save(exchange, gateway, reply_ingested)
 
 
 def _relocked_row(exchange: Exchange) -> GatewaySession:
@@ -565,13 +572,13 @@ def _earlier_attempt(exchange: Exchange) -> GatewaySession | None:
     for candidate in (GatewaySession.objects.filter(owner=exchange.owner, key=exchange.key,
                                                     session__profile=exchange.profile)
                       .defer("session__engine_state").order_by("-updated")[:MAX_CANDIDATES]):
-        if history.repeats(candidate.history, exchange.digests):
+        if history.repeats_chain(candidate.ingested, exchange.chains):
             return _locked_row(candidate.pk)
     return None
 
 
 def _commit_repeat(exchange: Exchange, gateway: GatewaySession, replies: list[dict[str, Any]],
-                   reply_digests: list[str]) -> None:
+                   reply_ingested: history.Ingested) -> None:
     """Two attempts of one request were answered: the later-prepared one's reply stands."""
     exchange.session, exchange.identity = gateway.session, "repeated"
     if gateway.reply_prepared is not None and gateway.reply_prepared > exchange.prepared:
@@ -585,7 +592,7 @@ def _commit_repeat(exchange: Exchange, gateway: GatewaySession, replies: list[di
         return
     exchange.turn = repeat.repeated.number
     sessions.pending_turn_commit(pending=repeat, reply=replies)
-    _history_save(exchange, gateway, reply_digests)
+    _history_save(exchange, gateway, reply_ingested)
 
 
 def _usage_report(exchange: Exchange, usage: dict[str, Any]) -> None:

@@ -85,6 +85,10 @@ def _may_hold_surrogates(raw: bytes) -> bool:
     # mark at the start) is not checked byte-wise: it is always walked.
     if b"\x00" in raw[:4] or raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return True
+    # Plain substring searches first (memchr speed, a tenth of the regex's time on
+    # a large body); the regex runs only on a body that holds one of its prefixes.
+    if b"\\ud" not in raw and b"\\uD" not in raw and b"\xed" not in raw:
+        return False
     return _MAYBE_SURROGATE.search(raw) is not None
 
 

@@ -69,6 +69,7 @@ from contextlab.engine.working_memory import (
 from contextlab.lib import textsafe
 from contextlab.sessions import services as session_services
 from contextlab.sessions.models import AgentProfile, AgentSession, SessionMessage, Turn
+from contextlab.sessions.services.persistence import stored_live_ids
 
 # A MEMORY.md or note larger than this is shown cut (the engine bounds its own
 # sections, but an agent may keep anything else in the file).
@@ -102,10 +103,7 @@ def live_message_ids(session: AgentSession) -> set[str]:
     context while its row still says "live" (the row's status follows
     compaction only).
     """
-    state = session.engine_state or {}
-    if "live_ids" in state:  # the state header: the live messages are in their rows
-        return {str(mid) for mid in state["live_ids"]}
-    return {str(m.get("id")) for m in state.get("messages") or [] if isinstance(m, dict)}
+    return set(stored_live_ids(session))
 
 
 # -- long-term memory ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Agent profiles and sessions, and everything a session's turns leave behind.
 
 The engine does the work and keeps its own state: a small header in
-``AgentSession.engine_state`` (``ContextManager.export_state(per_message=False)``)
-and each live message's form in its ``SessionMessage`` row; the other tables are the
+``AgentSession.engine_state`` (``ContextManager.export_header()``, plus where the live
+order is kept), each live message's form in its ``SessionMessage`` row and each tool call
+in a ``SessionCall`` row; the other tables are the
 queryable record the pages and the API read: one row per message with its fate,
 one per turn with its trace, one per summary version, offloaded file and
 manual compaction run.
@@ -304,9 +305,10 @@ class AgentSession(models.Model):
     title = models.CharField(max_length=200, blank=True)
     system_prompt = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
-    # The engine's state header (export_state(per_message=False)); the live
-    # messages are in their rows (SessionMessage.live_form). Sessions saved
-    # before that hold the whole state here, which loads as well.
+    # The engine's state header (export_header(), and "live": the live order is the
+    # rows' seq order, or "live_ids" when a step reordered them); the live messages
+    # are in their rows (SessionMessage.live_form), the tool calls in SessionCall rows.
+    # Sessions saved before that hold the whole state here, which loads as well.
     engine_state = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
     summary = models.TextField(blank=True)
     summary_version = models.PositiveIntegerField(default=0)
@@ -498,6 +500,30 @@ class SessionMessage(models.Model):
                 text = text[:limit] + f"… ({len(text) - limit:,} more characters)"
             rows.append({"kind": kind, "label": label, "text": text})
         return rows
+
+
+class SessionCall(models.Model):
+    """One tool call a session ingested, and whether its result came: the engine's record
+    of calls, kept as rows so that a commit writes the calls of its own step only.
+
+    ``made`` is False for a call the engine no longer holds (its message was taken
+    back) and for a result whose call it never held; ``input`` and ``raw_input`` are
+    the arguments as ingested.
+    """
+
+    session = models.ForeignKey(AgentSession, models.CASCADE, related_name="calls")
+    call_id = models.TextField()
+    name = models.TextField(blank=True)
+    input = models.JSONField(default=dict, blank=True, decoder=RepairingJSONDecoder)
+    raw_input = models.TextField(null=True, blank=True)
+    made = models.BooleanField(default=True)
+    answered = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "call_id"], name="sessioncall_session_call_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.call_id}"
 
 
 class _PayloadAttribute:

@@ -74,7 +74,7 @@ def test_it_round_trips_streamed_tool_calls(openai_client, provider):
         messages.extend({"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls.values())
     assert messages[-1]["content"] == "The linker cannot find tax_rate()."
     assert AgentSession.objects.count() == 1
-    assert len(GatewaySession.objects.get().history) == len(messages) - 1
+    assert GatewaySession.objects.get().history_length == len(messages) - 1
 
 
 def test_it_recognises_a_reply_that_a_framework_re_serialised(openai_client, provider):

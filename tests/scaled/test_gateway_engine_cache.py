@@ -45,7 +45,7 @@ assert_nothing_lost(session)
 rows = SessionMessage.objects.filter(session=session).order_by("seq")
 print(json.dumps({{
     "id": str(session.pk), "turns": session.turns_count, "compactions": session.compactions_count,
-    "state_version": session.state_version, "history": len(GatewaySession.objects.get(session=session).history),
+    "state_version": session.state_version, "history": GatewaySession.objects.get(session=session).history_length,
     "contents": [r.content for r in rows], "roles": [r.role for r in rows],
 }}))
 """

@@ -7,6 +7,7 @@ import pytest
 from contextlab.engine.errors import MalformedInput
 from contextlab.sessions import services
 from contextlab.sessions.models import CompactionRun, SessionMessage
+from contextlab.sessions.services.persistence import stored_live_ids
 from tests.conversations import answer, tool_turn
 from tests.invariants import assert_nothing_lost
 
@@ -23,7 +24,7 @@ def test_it_previews_the_split_without_changing_anything(alice_session):
     preview = services.compaction_preview(session=alice_session)
     assert preview["compact_ids"]
     assert preview["keep_ids"]
-    live = state["live_ids"]
+    live = stored_live_ids(alice_session)
     assert preview["compact_ids"] + preview["keep_ids"] == live
     alice_session.refresh_from_db()
     assert alice_session.engine_state == state
@@ -78,7 +79,7 @@ def test_it_compacts_inside_a_single_long_request_by_hand(alice_session):
     run = services.compaction_run(session=alice_session)
     assert run.status == CompactionRun.Status.DONE and run.outcome == "compacted" and not run.error
     alice_session.refresh_from_db()
-    live = alice_session.engine_state["live_ids"]
+    live = stored_live_ids(alice_session)
     request = SessionMessage.objects.get(session=alice_session, seq=1)
     assert live[0] == request.message_id and len(live) == 3  # the request, the newest call and its result
     assert alice_session.engine_state["pinned_ids"] == [request.message_id]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage
+from contextlab.sessions.services.persistence import stored_live_ids
 from tests.conversations import answer, tool_turn
 
 
@@ -22,7 +23,7 @@ def test_it_runs_and_records_a_copaw_session(alice):
     assert "compacted" in outcomes
     session.refresh_from_db()
     rows = list(SessionMessage.objects.filter(session=session))
-    live_ids = set(session.engine_state["live_ids"])
+    live_ids = set(stored_live_ids(session))
     assert {r.message_id for r in rows if r.status == "live"} == live_ids
     archived = [r for r in rows if r.status == "archived"]
     assert archived and all(r.archive_file and r.archive_line for r in archived)

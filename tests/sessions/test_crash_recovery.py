@@ -52,6 +52,7 @@ CHILD = textwrap.dedent('''
     from contextlab.engine.hook import ContextManager
     from contextlab.sessions import services
     from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion, Turn
+    from contextlab.sessions.services.persistence import stored_live_ids
     from tests.conversations import answer, tool_turn
 
     KILLED = 137
@@ -83,7 +84,7 @@ CHILD = textwrap.dedent('''
             "live_count": session.live_count,
             "summary_version": session.summary_version,
             "state_turn": state["turn"],
-            "state_live_ids": list(state["live_ids"]),
+            "state_live_ids": stored_live_ids(session),
             "state_archived_ids": list(SessionMessage.objects.filter(session=session, status="archived")
                                        .order_by("seq").values_list("message_id", flat=True)),
             "state_summary_versions": [s["version"] for s in state["summaries"]],

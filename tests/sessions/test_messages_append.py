@@ -7,6 +7,7 @@ import pytest
 from contextlab.engine.errors import InvalidMessages, MalformedInput
 from contextlab.sessions import services
 from contextlab.sessions.models import OffloadedFile, SessionMessage
+from contextlab.sessions.services.persistence import stored_live_ids
 from tests.conversations import log_output, tool_turn
 
 
@@ -18,7 +19,7 @@ def test_it_appends_openai_messages(alice_session):
     alice_session.refresh_from_db()
     assert alice_session.messages_count == 3
     assert alice_session.live_count == 3
-    assert len(alice_session.engine_state["live_ids"]) == 3
+    assert len(stored_live_ids(alice_session)) == 3
 
 
 def test_it_detects_anthropic_messages(alice_session):

@@ -45,7 +45,9 @@ def test_it_keeps_message_content_out_of_the_session_row(alice_session):
     header = json.dumps(alice_session.engine_state)
     assert "messages" not in alice_session.engine_state
     assert "[t4] step 0001" not in header  # a live tool result's text lives in its row only
-    assert alice_session.engine_state["live_ids"]
+    # Neither the live ids nor the calls: the rows' order is the live order, and calls have rows.
+    assert alice_session.engine_state["live"] == {"unrowed_at": {}}
+    assert "live_ids" not in alice_session.engine_state and "calls" not in alice_session.engine_state
 
 
 def test_it_reuses_the_engine_while_its_version_is_current(alice_session):
@@ -80,7 +82,7 @@ def test_it_loads_a_session_saved_whole_before_the_header(alice_session):
     alice_session.messages.update(live_form=None)
     _steps(alice_session, 4, 5)
     alice_session.refresh_from_db()
-    assert "live_ids" in alice_session.engine_state
+    assert "live" in alice_session.engine_state
     assert not alice_session.messages.filter(status="live", live_form=None).exists()
     assert_nothing_lost(alice_session)
 

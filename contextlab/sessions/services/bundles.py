@@ -35,6 +35,7 @@ from contextlab.sessions.models import (
     AgentSession,
     CompactionRun,
     OffloadedFile,
+    SessionCall,
     SessionMessage,
     SummaryVersion,
     Turn,
@@ -60,6 +61,8 @@ _BUNDLE_ROWS: dict[str, tuple[type[Any], tuple[str, ...]]] = {
                                          "compacted_ids", "created")),
     "offloaded_files.jsonl": (OffloadedFile, ("path", "message_id", "tool", "stage", "bytes", "kept_bytes", "sha256",
                                               "expires_at", "referenced")),
+    # The engine's record of tool calls (the state header no longer lists them).
+    "calls.jsonl": (SessionCall, ("call_id", "name", "input", "raw_input", "made", "answered")),
     "compaction_runs.jsonl": (CompactionRun, ("status", "trigger", "instruction", "error", "turn_number", "outcome",
                                               "created", "started", "finished")),
 }
@@ -287,6 +290,12 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
         for name in _BUNDLE_SESSION_FIELDS:
             if name in (manifest.get("session") or {}):
                 setattr(session, name, manifest["session"][name])
+        # A new turn is written without a lookup when its number is past turns_count
+        # (persistence._persist_turn): a bundle whose count lags its turn rows must not
+        # make the next turn collide with one of them.
+        numbers = [r["number"] for r in rows.get("turns.jsonl", []) if type(r.get("number")) is int]
+        if numbers and isinstance(session.turns_count, int) and max(numbers) > session.turns_count:
+            session.turns_count = max(numbers)
         try:
             session.full_clean(exclude=["owner", "profile", "engine_state", "source"])
         except ValidationError as exc:

@@ -27,6 +27,7 @@ from contextlab.sessions.models import (
     AgentSession,
     CompactionRun,
     OffloadedFile,
+    SessionCall,
     SessionMessage,
     SummaryVersion,
     Turn,
@@ -75,7 +76,7 @@ def import_source_dir(session_id: Any) -> Path:
 def import_reset(session: AgentSession) -> None:
     """Forget every turn an interrupted or failed replay wrote; the session row stays."""
     with transaction.atomic():
-        for model in (SessionMessage, Turn, SummaryVersion, OffloadedFile):
+        for model in (SessionMessage, SessionCall, Turn, SummaryVersion, OffloadedFile):
             model.objects.filter(session=session).delete()
         shutil.rmtree(session.workspace, ignore_errors=True)
         manager = ContextManager(session.profile.to_engine(), session.workspace, system_prompt=session.system_prompt)

@@ -37,6 +37,7 @@ from contextlab.sessions.services.persistence import (
     load_manager,
     locked_session,
     persist_step,
+    written_rows,
 )
 from contextlab.sessions.services.profiles import profile_default
 from contextlab.sessions.services.summary_calls import calls_the_network, hook_turn, lease_active, lease_until
@@ -65,6 +66,16 @@ def session_delete(*, session: AgentSession) -> None:
     shutil.rmtree(workspace, ignore_errors=True)
 
 
+def _counters_to(session: AgentSession, locked: AgentSession) -> None:
+    """The caller's copy of the session gets the row as the step committed it (no second read;
+    the caller may have read only the id): every column but the state header, and the profile."""
+    if session is not locked:
+        for column in AgentSession._meta.concrete_fields:
+            if column.attname != "engine_state":
+                setattr(session, column.attname, getattr(locked, column.attname))
+        session.profile = locked.profile
+
+
 def messages_append(*, session: AgentSession, messages: Any) -> list[SessionMessage]:
     """Ingest OpenAI, Anthropic or AgentScope messages (detected); stage-1 truncation applies.
 
@@ -78,9 +89,9 @@ def messages_append(*, session: AgentSession, messages: Any) -> list[SessionMess
         before = fate_sizes(manager)
         manager.append(parsed)
         persist_step(locked, manager, before=before, originals={m.id: m for m in parsed})
-    ids = [m.id for m in parsed]
-    rows = {row.message_id: row for row in SessionMessage.objects.filter(session=locked, message_id__in=ids)}
-    return [rows[mid] for mid in ids if mid in rows]
+        rows = written_rows(manager, [m.id for m in parsed])
+    _counters_to(session, locked)
+    return rows
 
 
 def messages_append_openai(*, session: AgentSession, messages: list[dict[str, Any]]) -> list[SessionMessage]:
@@ -97,9 +108,9 @@ def messages_append_openai(*, session: AgentSession, messages: list[dict[str, An
         before = fate_sizes(manager)
         manager.append(parsed)
         persist_step(locked, manager, before=before, originals={m.id: m for m in parsed})
-    ids = [m.id for m in parsed]
-    rows = {row.message_id: row for row in SessionMessage.objects.filter(session=locked, message_id__in=ids)}
-    return [rows[mid] for mid in ids if mid in rows]
+        rows = written_rows(manager, [m.id for m in parsed])
+    _counters_to(session, locked)
+    return rows
 
 
 def session_prepare(*, session: AgentSession,
