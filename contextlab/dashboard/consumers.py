@@ -45,9 +45,10 @@ CLOSE_FORBIDDEN = 4403
 # A burst of events renders at most this often per page; the services already
 # coalesce to ten a second, this guards against slow renders piling up.
 MIN_PUSH_INTERVAL = 0.05
-# Sent ahead of the rest: cheap to render, and what a viewer watches (the
-# gauge must follow an append within a blink; the lists may take a few ms more).
-FIRST = frozenset({"stats", "gauge", "compaction"})
+# Sent ahead of the rest, on its own: what a viewer watches (the gauge must
+# follow an append within a blink; the lists may take a few ms more). A
+# ``gauge.update`` carries the gauge's inputs, so it renders with no query.
+FIRST = frozenset({"gauge"})
 # The page's frames are a few dozen characters; anything longer is not one of them.
 MAX_FRAME_CHARS = 4_096
 # Renders of the latest events, shared by every viewer of a session in this
@@ -56,6 +57,8 @@ MAX_FRAME_CHARS = 4_096
 SHARED_RENDERS = 64
 _shared_renders: OrderedDict[tuple[Any, ...], tuple[asyncio.AbstractEventLoop, asyncio.Future[str | None]]] = \
     OrderedDict()
+# Gauges rendered from an event, by (session, event): once per process, like the renders above.
+_event_gauges: OrderedDict[tuple[str, object], str | None] = OrderedDict()
 
 
 # channels ships no types, so its base class is Any to mypy.
@@ -68,6 +71,8 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
         self._stale: set[str] = set()
         self._event: dict[str, Any] | None = None
+        # The newest gauge.update's state while nothing else moved the gauge since.
+        self._gauge_state: dict[str, Any] | None = None
         self._key: object = None
         self._task: asyncio.Task[None] | None = None
         self._last_push = 0.0
@@ -125,6 +130,7 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def gauge_update(self, event: dict[str, Any]) -> None:
         state = event.get("state") or {}
         self._mark("turn" if state.get("turn") else "messages", event)
+        self._gauge_state = state if "gauge" in state else None
 
     async def run_update(self, event: dict[str, Any]) -> None:
         run = event.get("run") or {}
@@ -136,6 +142,8 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     def _mark(self, kind: str, event: dict[str, Any]) -> None:
         self._stale.update(fragments.KINDS.get(kind, ()))
+        # A profile or a run moved what the gauge shows: the rows tell, not the last event.
+        self._gauge_state = None
         self._key = event.get("sent_at")
         if event.get("type", "").startswith("run."):
             self._event = event
@@ -152,11 +160,13 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             if self._shown is not None:
                 names &= self._shown
             event, self._event = self._event, None
+            gauge_state, key = self._gauge_state, self._key
             for group in (names & FIRST, names - FIRST):
                 if not group:
                     continue
                 try:
-                    html = await self._fragments(group, self._key, event)
+                    html = (self._gauge_from_event(gauge_state, key) if group == FIRST and gauge_state else None) \
+                        or await self._fragments(group, key, event)
                 except Exception:  # a broken render must not kill the page's socket
                     log.exception("session %s: could not render %s", self.session_id, sorted(group))
                     return
@@ -165,6 +175,19 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                     return
                 await self.send(text_data=html)
             self._last_push = loop.time()
+
+    def _gauge_from_event(self, state: dict[str, Any], key: object) -> str | None:
+        # Rendered here on the loop: a few hundred microseconds of template, no
+        # query, so it does not queue behind the requests on the database thread.
+        slot = (self.session_id, key)
+        if key is None or slot not in _event_gauges:
+            html = fragments.gauge_push(state)
+            if key is None:
+                return html
+            _event_gauges[slot] = html
+            while len(_event_gauges) > SHARED_RENDERS:
+                _event_gauges.popitem(last=False)
+        return _event_gauges[slot]
 
     async def _fragments(self, names: frozenset[str], key: object, event: dict[str, Any] | None) -> str | None:
         if event is not None or key is None:

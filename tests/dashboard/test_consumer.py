@@ -165,15 +165,24 @@ async def test_it_renders_an_update_once_for_every_viewer_of_the_session(monkeyp
         renders.append(tuple(sorted(names)))
         return real(session_id, names, key=key, event=event)
 
+    gauges: list[str | None] = []
+    real_gauge = fragments.gauge_push
+
+    def counted_gauge(state):
+        gauges.append(real_gauge(state))
+        return gauges[-1]
+
     # The process-wide cache of finished renders is bypassed: only sharing the render itself counts.
     monkeypatch.setattr(fragments.render_cache, "get", lambda key: None)
     monkeypatch.setattr(consumers.fragments, "push_html", counted)
+    monkeypatch.setattr(consumers.fragments, "gauge_push", counted_gauge)
     await database_sync_to_async(services.messages_append)(session=session, messages=tool_turn(1, output_bytes=300))
     await database_sync_to_async(live.flush)()
     for viewer in viewers:
         html = await _receive_until(viewer, 'id="fate-live"')
         assert 'id="gauge"' in html
-    # One render of the gauge group and one of the lists, whatever the number of viewers.
-    assert len(renders) == 2
+    # One render of the gauge (from the event, no query) and one of the rest, whatever the number of viewers.
+    assert len(gauges) == 1 and gauges[0] is not None and 'id="gauge"' in gauges[0]
+    assert renders == [("compaction", "fate", "ledger", "stats")]
     for viewer in viewers:
         await viewer.disconnect()

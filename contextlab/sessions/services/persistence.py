@@ -30,7 +30,7 @@ from contextlab.sessions.models import (
     Turn,
 )
 from contextlab.sessions.services.inputs import SessionUnavailable
-from contextlab.sessions.services.live_state import live_state_of, session_announce
+from contextlab.sessions.services.live_state import live_state_of, live_view_of, session_announce
 
 log = logging.getLogger(__name__)
 
@@ -416,6 +416,8 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
         live = {m.id: m for m in manager.messages}
         header["unrowed"] = {"messages": {mid: manager.message_form(live[mid]) for mid in held.unrowed},
                              "fate": {mid: manager.fate.get(mid, []) for mid in held.unrowed}}
+    # The view this step starts from, while it still describes the committed state.
+    previous = session.live_view if session.live_view.get("version") == session.state_version else None
     session.engine_state = header
     session.summary = manager.summary or ""
     session.summary_version = manager.summary_version
@@ -425,6 +427,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     session.tokens_window = profile.max_input_length
     session.last_activity = timezone.now()
     session.state_version += 1
+    session.live_view = live_view_of(session, manager, turn, previous=previous, unrowed=held.unrowed)
     session.save()
     # The archive journal goes only once the database holds the state its lines
     # belong to; robust, because a journal left behind is harmless (the next load
@@ -434,7 +437,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
         # After the commit, under whatever span is current now (a gateway call's).
         parent, trace_dict, session_id = telemetry.current_context(), turn.trace, session.pk
         transaction.on_commit(lambda: telemetry.record_turn(trace_dict, session_id=session_id, parent=parent))
-    state = live_state_of(session, manager, turn)
+    state = live_state_of(session, manager, turn, session.live_view)
     transaction.on_commit(lambda: session_announce(session_id=session.pk, state=state))
     return turn
 
