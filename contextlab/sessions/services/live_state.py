@@ -125,8 +125,8 @@ def _compaction_inputs(manager: ContextManager) -> dict[str, Any]:
 
 def live_view_of(session: AgentSession, manager: ContextManager, turn: Turn | None, *,
                  previous: Mapping[str, Any] | None, unrowed: set[str]) -> dict[str, Any]:
-    """The ``live_view`` a commit writes: the gauge's inputs and whether a manual compaction
-    would compact anything, from the engine this process holds.
+    """The ``live_view`` a commit writes: the gauge's inputs, whether a manual compaction
+    would compact anything, and the pins, from the engine this process holds.
 
     ``session`` carries the new ``state_version``; ``previous`` is the view of the
     state this step started from (when it was current), which still knows the
@@ -147,7 +147,7 @@ def live_view_of(session: AgentSession, manager: ContextManager, turn: Turn | No
     if latest["turn"] is None:
         gauge["system"] = system_prompt_tokens(session.profile.tokenizer, session.system_prompt)
     return {"version": session.state_version, "profile": [session.profile_id, session.profile.version],
-            "gauge": gauge, "compaction": _compaction_inputs(manager)}
+            "gauge": gauge, "compaction": _compaction_inputs(manager), "pins": manager.pins.to_dict()}
 
 
 def current_live_view(session: AgentSession) -> dict[str, Any] | None:
