@@ -73,6 +73,23 @@ async def test_it_pushes_the_gauge_when_messages_are_appended():
     await communicator.disconnect()
 
 
+async def test_it_sends_the_gauge_alone_and_first_the_same_as_a_page_request_renders_it():
+    from contextlab.dashboard import fragments
+
+    user, session = await _make_session()
+    communicator = _communicator(session, user)
+    assert (await communicator.connect())[0]
+    await database_sync_to_async(services.messages_append)(session=session, messages=tool_turn(1, output_bytes=300))
+    await database_sync_to_async(live.flush)()
+    first = await communicator.receive_from(timeout=5)
+    rest = await communicator.receive_from(timeout=5)
+    # The first frame is the gauge and nothing else; the lists follow in a frame of their own.
+    assert first.count("hx-swap-oob") == 1 and 'id="gauge"' in first
+    assert 'id="gauge"' not in rest and 'id="fate-live"' in rest and 'id="stats"' in rest
+    assert first == await database_sync_to_async(fragments.push_html)(session.pk, ["gauge"])
+    await communicator.disconnect()
+
+
 async def test_it_pushes_every_fragment_after_a_turn():
     user, session = await _make_session()
     communicator = _communicator(session, user)
