@@ -54,13 +54,16 @@ def run(relative: str, window: int, changes: dict[str, Any], folder: Path) -> di
     report = replay_transcript(path, folder, profile=profile, overwrite=True)
     over = 0
     peak = 0
+    totals: list[int] = []
     for line in (folder / "trace.jsonl").read_bytes().decode("utf-8").splitlines():
         total = int(json.loads(line)["payload"]["tokens"]["total"])
+        totals.append(total)
         peak = max(peak, total)
         over += total > window
     lost = verify_replay(folder, load_transcript(path).messages)
     return {"compactions": report.compactions + report.evictions, "over": over, "peak": peak,
-            "lost": len(lost.missing) + len(lost.changed), "turns": report.turns}
+            "lost": len(lost.missing) + len(lost.changed), "turns": report.turns,
+            "mean_share": sum(totals) / len(totals) / window if totals else 0.0}
 
 
 def short(relative: str) -> str:
@@ -86,6 +89,10 @@ def main() -> int:
     print("| " + " | ".join(columns) + " |")
     print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|")
     at_most_copaw = rows = over_total = lost_total = 0
+    compactions_total: dict[str, int] = {name: 0 for name, _ in variants}
+    # What fewer compactions cost: the payload's mean share of the window over the turns of a run,
+    # on the rows that need compaction at all (CoPaw compacts there), the same rows for every policy.
+    shares: dict[str, list[float]] = {name: [] for name, _ in variants}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for relative in transcripts:
@@ -100,12 +107,19 @@ def main() -> int:
                 rows += 1
                 at_most_copaw += results["contextlab"]["compactions"] <= results["copaw"]["compactions"]
                 for name, r in results.items():
+                    compactions_total[name] += r["compactions"]
+                    if results["copaw"]["compactions"]:
+                        shares[name].append(r["mean_share"])
                     if name != "copaw":
                         over_total += r["over"]
                         lost_total += r["lost"]
     print(f"\ncontextlab compactions ≤ copaw on {at_most_copaw}/{rows} rows; over-window turns (all policies "
           f"but copaw): {over_total}; lost messages (all policies but copaw): {lost_total}; "
           f"{time.perf_counter() - started:.0f} s")
+    for name, _ in variants:
+        mean = sum(shares[name]) / len(shares[name]) if shares[name] else 0.0
+        print(f"{name}: {compactions_total[name]} compactions in all; payload's mean share of the window, "
+              f"averaged over the rows where CoPaw compacts: {mean:.0%}")
     return 0
 
 

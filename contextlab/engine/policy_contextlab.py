@@ -170,14 +170,19 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
 def minimum_gain(threshold: int, reserve: int) -> int:
     """The fewest tokens an automatic compaction must free to be worth its LLM call.
 
-    Three quarters of the band between the reserve line and the threshold (at
-    least the reserve): a compaction that frees less would be followed by
-    another one a few turns later. It does not shrink when a large summary or
-    system prompt leaves little room under the threshold: that is exactly when
-    small compactions would follow each other. Until a compaction is worth it
-    the payload may sit between the threshold and the window, never over it.
+    The whole band between the reserve line and the threshold (at least the
+    reserve). That is the hysteresis: a compaction brings the context down to
+    the reserve line, and the next one comes only once the context has grown
+    by as much again, so compactions are as far apart as a first one from an
+    empty context. A band of three quarters compacted more often than CoPaw on
+    the long corpus sessions (CoPaw's byte estimate undercounts, so it compacts
+    late); the whole band does not, and costs a few points of mean context.
+    The band does not shrink when a large summary or system prompt leaves
+    little room under the threshold: that is exactly when small compactions
+    would follow each other. Until a compaction is worth it the payload may sit
+    between the threshold and the window, never over it.
     """
-    return max(reserve, (threshold - reserve) * 3 // 4)
+    return max(reserve, threshold - reserve)
 
 
 def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan) -> bool:

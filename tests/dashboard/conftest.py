@@ -32,9 +32,14 @@ def work(session, turns: int, *, first: int = 1, output_bytes: int = 1_500) -> N
     session.refresh_from_db()
 
 
+# The turns of ``worked_session``: a test that goes on with the conversation starts at WORKED_TURNS + 1.
+WORKED_TURNS = 18
+
+
 @pytest.fixture
 def worked_session(alice_session):
-    """Twelve turns on the small profile: stage-1 and stage-2 cuts and several compactions."""
-    work(alice_session, 12)
+    """Eighteen turns on the small profile: stage-1 and stage-2 cuts and two compactions (a
+    compaction waits until it frees the band between the reserve and the threshold)."""
+    work(alice_session, WORKED_TURNS)
     assert alice_session.compactions_count >= 2
     return alice_session

@@ -10,7 +10,7 @@ from contextlab.dashboard import fragments
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage, Turn
 from tests.conversations import tool_turn
-from tests.dashboard.conftest import work
+from tests.dashboard.conftest import WORKED_TURNS, work
 
 
 def _url(session, rest=""):
@@ -100,18 +100,20 @@ def test_it_404s_a_turn_that_does_not_exist(alice_client, worked_session):
 
 
 def test_it_catches_up_from_a_cursor(alice_client, worked_session):
-    response = alice_client.get(_url(worked_session, "turns/?after=9"))
+    last = WORKED_TURNS
+    response = alice_client.get(_url(worked_session, f"turns/?after={last - 3}"))
     page = response.content.decode()
-    assert re.findall(r'data-turn="(\d+)"', page) == ["12", "11", "10"]
-    assert response["X-Last-Turn"] == "12"
-    assert alice_client.get(_url(worked_session, "turns/?after=12")).content.decode().count("data-turn=") == 0
+    assert re.findall(r'data-turn="(\d+)"', page) == [str(last), str(last - 1), str(last - 2)]
+    assert response["X-Last-Turn"] == str(last)
+    assert alice_client.get(_url(worked_session, f"turns/?after={last}")).content.decode().count("data-turn=") == 0
 
 
 def test_it_pages_and_filters_the_turn_selector(alice_client, worked_session, monkeypatch):
     monkeypatch.setattr(fragments, "TURNS_PER_PAGE", 5)
     page = alice_client.get(_url(worked_session, "turns/?page=2")).content.decode()
     assert page.lstrip().startswith('<div id="turns-page"')
-    assert re.findall(r'data-turn="(\d+)"', page) == ["7", "6", "5", "4", "3"]
+    # Page 2 of five per page, newest first.
+    assert re.findall(r'data-turn="(\d+)"', page) == [str(n) for n in range(WORKED_TURNS - 5, WORKED_TURNS - 10, -1)]
     compacted = alice_client.get(_url(worked_session, "turns/?outcome=compacted")).content.decode()
     numbers = {int(n) for n in re.findall(r'data-turn="(\d+)"', compacted)}
     assert numbers == set(Turn.objects.filter(session=worked_session, outcome="compacted")

@@ -41,7 +41,7 @@ class ProfileWhatIfTests(BrowserTestCase):
         session = self._session(turns=12)
         page = self.page
         self.open(f"/profiles/{session.profile_id}/")
-        page.fill("#id_max_input_length", "2500")
+        page.fill("#id_max_input_length", "2000")
         page.select_option("#what-if-session", str(session.id))
         page.click("#what-if-run")
         page.wait_for_selector('#what-if-result[data-status="done"]', timeout=60_000)

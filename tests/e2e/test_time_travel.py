@@ -50,7 +50,9 @@ class TimeTravelTests(BrowserTestCase):
         assert page.get_attribute("#summary-pinned", "data-version") == (str(version.version) if version else "")
 
     def test_a_click_on_a_turn_shows_every_panel_at_that_turn_and_follow_the_latest_returns(self) -> None:
-        session = self._session(turns=12)
+        # Two compactions on the small profile (the second lands on turn 18).
+        turns = 18
+        session = self._session(turns=turns)
         compacted = Turn.objects.filter(session=session, outcome="compacted").order_by("number")
         first, last = compacted.first(), compacted.last()
         assert first is not None and last is not None and first.number < last.number
@@ -83,22 +85,22 @@ class TimeTravelTests(BrowserTestCase):
         assert page.is_visible("#fate-page")
 
         # Pinned panels are left alone by live pushes; the live ones still move.
-        self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(12), *tool_turn(13, output_bytes=900)]})
+        self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(turns), *tool_turn(turns + 1, output_bytes=900)]})
         self.api("POST", f"sessions/{session.pk}/prepare")
-        page.wait_for_function("document.getElementById('stats').dataset.turns === '13'", timeout=10_000)
+        page.wait_for_function(f"document.getElementById('stats').dataset.turns === '{turns + 1}'", timeout=10_000)
         assert page.get_attribute("#time-bar", "data-turn") == "3"
         assert page.get_attribute("#flow-pinned", "data-turn") == "3"
 
         # Follow the latest: the live panels are back, and pushes reach them again.
         page.click("#follow-latest")
-        page.wait_for_selector('#time-bar[data-live="1"][data-turn="13"]')
+        page.wait_for_selector(f'#time-bar[data-live="1"][data-turn="{turns + 1}"]')
         session.refresh_from_db()
         assert page.locator("#gauge-pinned").count() == 0
-        assert page.get_attribute("#flow-live", "data-turn") == "13"
+        assert page.get_attribute("#flow-live", "data-turn") == str(turns + 1)
         assert page.locator("#fate-live").count() == 1 and page.locator("#current-summary").count() == 1
-        self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(13), *tool_turn(14, output_bytes=900)]})
+        self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(turns + 1), *tool_turn(turns + 2, output_bytes=900)]})
         self.api("POST", f"sessions/{session.pk}/prepare")
-        page.wait_for_selector('#time-bar[data-live="1"][data-turn="14"]', timeout=10_000)
-        page.wait_for_function("document.querySelector('#flow-live').dataset.turn === '14'", timeout=10_000)
+        page.wait_for_selector(f'#time-bar[data-live="1"][data-turn="{turns + 2}"]', timeout=10_000)
+        page.wait_for_function(f"document.querySelector('#flow-live').dataset.turn === '{turns + 2}'", timeout=10_000)
         assert page.evaluate("window.__sameDocument") is True
         assert not self.page_errors

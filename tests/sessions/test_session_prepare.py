@@ -27,7 +27,7 @@ def test_it_returns_the_payload_and_persists_the_turn(alice_session):
 
 def test_it_compacts_when_the_window_fills_and_loses_nothing(alice_session):
     outcomes = []
-    for i in range(1, 9):
+    for i in range(1, 13):
         services.messages_append(session=alice_session, messages=[*([answer(i - 1)] if i > 1 else []),
                                                                  *tool_turn(i, output_bytes=1_200)])
         _, trace = services.session_prepare(session=alice_session)

@@ -30,27 +30,27 @@ def _run(profile, session, values, by) -> WhatIfRun:
 
 
 @pytest.fixture
-def six_turns(alice_session):
-    work(alice_session, 6)
+def eight_turns(alice_session):
+    work(alice_session, 8)
     return alice_session
 
 
-def test_it_replays_the_same_turns_and_matches_what_happened_under_the_same_knobs(alice, six_turns):
-    profile = six_turns.profile
-    run = _run(profile, six_turns, profile.recorded_values(), alice)
+def test_it_replays_the_same_turns_and_matches_what_happened_under_the_same_knobs(alice, eight_turns):
+    profile = eight_turns.profile
+    run = _run(profile, eight_turns, profile.recorded_values(), alice)
     assert run.status == WhatIfRun.Status.DONE, run.error
     result = run.result
-    assert result["replayed"] == six_turns.turns_count
-    actual = {t.number: t.payload_tokens for t in six_turns.turns.all()}
+    assert result["replayed"] == eight_turns.turns_count
+    actual = {t.number: t.payload_tokens for t in eight_turns.turns.all()}
     # Same knobs, same compactor (extractive), same messages, same boundaries: the same run.
     assert [t["what_if"] for t in result["turns"]] == [actual[n] for n in sorted(actual)]
     assert result["what_if"]["compaction_turns"] == result["actual"]["compaction_turns"]
 
 
-def test_it_shows_more_compactions_under_a_smaller_window_and_leaves_the_session_alone(alice, six_turns):
-    before = _fingerprint(six_turns)
-    values = {**six_turns.profile.recorded_values(), "max_input_length": 2_500}
-    run = _run(six_turns.profile, six_turns, values, alice)
+def test_it_shows_more_compactions_under_a_smaller_window_and_leaves_the_session_alone(alice, eight_turns):
+    before = _fingerprint(eight_turns)
+    values = {**eight_turns.profile.recorded_values(), "max_input_length": 2_500}
+    run = _run(eight_turns.profile, eight_turns, values, alice)
     assert run.status == WhatIfRun.Status.DONE, run.error
     result = run.result
     assert result["what_if"]["compactions"] > result["actual"]["compactions"]
@@ -58,31 +58,31 @@ def test_it_shows_more_compactions_under_a_smaller_window_and_leaves_the_session
     for compaction in result["compactions"]["what_if"]:
         assert compaction["messages"] > 0
         assert compaction["lost_count"] >= len(compaction["lost"])
-    assert _fingerprint(six_turns) == before
-    six_turns.profile.refresh_from_db()
-    assert six_turns.profile.max_input_length == 4_000
+    assert _fingerprint(eight_turns) == before
+    eight_turns.profile.refresh_from_db()
+    assert eight_turns.profile.max_input_length == 4_000
 
 
-def test_it_never_calls_the_model_of_an_llm_compactor(alice, six_turns, settings):
-    values = {**six_turns.profile.recorded_values(), "compactor": "openai",
+def test_it_never_calls_the_model_of_an_llm_compactor(alice, eight_turns, settings):
+    values = {**eight_turns.profile.recorded_values(), "compactor": "openai",
               "compaction_model": "summary-model", "max_input_length": 2_500}
-    run = _run(six_turns.profile, six_turns, values, alice)
+    run = _run(eight_turns.profile, eight_turns, values, alice)
     assert run.status == WhatIfRun.Status.DONE, run.error
     assert "extractive compactor" in run.result["compactor_note"]
     assert run.result["what_if"]["compactions"] >= 1
 
 
-def test_it_caps_the_turns_it_replays(alice, six_turns, settings):
+def test_it_caps_the_turns_it_replays(alice, eight_turns, settings):
     settings.CONTEXTLAB_WHAT_IF_MAX_TURNS = 3
-    run = _run(six_turns.profile, six_turns, six_turns.profile.recorded_values(), alice)
+    run = _run(eight_turns.profile, eight_turns, eight_turns.profile.recorded_values(), alice)
     assert run.result["replayed"] == 3
     assert run.result["capped"] is True
     assert run.turns_total == 3
 
 
-def test_it_refuses_another_owners_session(alice, bob, six_turns):
+def test_it_refuses_another_owners_session(alice, bob, eight_turns):
     bobs = services.profile_create(owner=bob, name="bobs", knobs={})
     from contextlab.engine.errors import InvalidProfile
 
     with pytest.raises(InvalidProfile):
-        services.whatif_start(profile=bobs, session=six_turns, values=bobs.recorded_values(), by=bob)
+        services.whatif_start(profile=bobs, session=eight_turns, values=bobs.recorded_values(), by=bob)
