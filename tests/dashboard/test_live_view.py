@@ -5,7 +5,9 @@ web process never loads an engine to draw the page."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -56,7 +58,7 @@ async def test_it_renders_the_same_gauge_from_the_event_the_view_and_the_rows():
         await database_sync_to_async(action)()
         await database_sync_to_async(live.flush)()
         # The newest state the step announced (a step of ``work`` commits twice).
-        states = []
+        states: list[dict[str, Any]] = []
         while True:
             try:
                 event = await asyncio.wait_for(layer.receive(channel), timeout=0.5 if states else 5)
@@ -66,7 +68,7 @@ async def test_it_renders_the_same_gauge_from_the_event_the_view_and_the_rows():
                 states.append(dict(event["state"]))
         return states[-1]
 
-    steps = [
+    steps: list[Callable[[], object]] = [
         # No turn yet: the system prompt and the messages appended.
         lambda: services.messages_append(session=session, messages=[{"role": "user", "content": "Fix the build."}]),
         lambda: services.messages_append(session=session, messages=tool_turn(1, output_bytes=900)[1:]),
@@ -76,8 +78,8 @@ async def test_it_renders_the_same_gauge_from_the_event_the_view_and_the_rows():
         lambda: services.messages_append(session=session, messages=_anthropic_tool_exchange(3)),
     ]
     # Enough turns on the small window to compact, then an append on top of the compaction.
-    steps += [lambda i=i: work(session, 1, first=i) for i in range(4, 10)]
-    steps.append(lambda: services.messages_append(session=session, messages=[answer(9), *tool_turn(10)]))
+    steps += [functools.partial(work, session, 1, first=i, output_bytes=1_500) for i in range(4, 14)]
+    steps.append(lambda: services.messages_append(session=session, messages=[answer(13), *tool_turn(14)]))
     seen_pending_tools = False
     for action in steps:
         state = await step(action)
