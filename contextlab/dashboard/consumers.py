@@ -15,9 +15,10 @@ layer drops a channel that stalled for a minute).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -45,9 +46,15 @@ CLOSE_FORBIDDEN = 4403
 # A burst of events renders at most this often per page; the services already
 # coalesce to ten a second, this guards against slow renders piling up.
 MIN_PUSH_INTERVAL = 0.05
-# Sent ahead of the rest: cheap to render, and what a viewer watches (the
-# gauge must follow an append within a blink; the lists may take a few ms more).
-FIRST = frozenset({"stats", "gauge", "compaction"})
+# Sent ahead of the rest, on its own: what a viewer watches (the gauge must
+# follow an append within a blink; the lists may take a few ms more). A
+# ``gauge.update`` carries the gauge's inputs, so its gauge is rendered from the
+# event (no query) and sent as the event arrives; this is for the other events.
+FIRST = frozenset({"gauge"})
+# How long the other fragments of an event wait for every viewer in this
+# process to have that event's gauge: their render (tens of ms of queries and
+# templates) would otherwise compete with the gauge's fan-out for the process.
+GAUGE_HEAD_START = 0.05
 # The page's frames are a few dozen characters; anything longer is not one of them.
 MAX_FRAME_CHARS = 4_096
 # Renders of the latest events, shared by every viewer of a session in this
@@ -56,6 +63,38 @@ MAX_FRAME_CHARS = 4_096
 SHARED_RENDERS = 64
 _shared_renders: OrderedDict[tuple[Any, ...], tuple[asyncio.AbstractEventLoop, asyncio.Future[str | None]]] = \
     OrderedDict()
+# Gauges rendered from an event, by (session, event): once per process, like the renders above.
+_event_gauges: OrderedDict[tuple[str, object], str | None] = OrderedDict()
+
+
+class _GaugeRound:
+    """How many viewers of a session in this process have handled one event's gauge."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.handled = 0
+        self.done = asyncio.Event()
+
+    def handle(self) -> None:
+        self.handled += 1
+        if self.handled >= self.expected:
+            self.done.set()
+
+
+# Viewers of each session connected to this process, and per (session, event)
+# how many of them have handled that event's gauge.
+_viewers: Counter[str] = Counter()
+_gauge_rounds: OrderedDict[tuple[str, object], _GaugeRound] = OrderedDict()
+
+
+def _gauge_round(session_id: str, key: object) -> _GaugeRound:
+    slot = (session_id, key)
+    found = _gauge_rounds.get(slot)
+    if found is None:
+        found = _gauge_rounds[slot] = _GaugeRound(_viewers[session_id])
+        while len(_gauge_rounds) > SHARED_RENDERS:
+            _gauge_rounds.popitem(last=False)
+    return found
 
 
 # channels ships no types, so its base class is Any to mypy.
@@ -89,11 +128,15 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         remember_loop()
         self.group = session_group(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        _viewers[self.session_id] += 1
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            _viewers[self.session_id] -= 1
+            if _viewers[self.session_id] <= 0:
+                del _viewers[self.session_id]
         task = getattr(self, "_task", None)
         if task is not None and not task.done():
             task.cancel()
@@ -124,7 +167,16 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def gauge_update(self, event: dict[str, Any]) -> None:
         state = event.get("state") or {}
-        self._mark("turn" if state.get("turn") else "messages", event)
+        kind = "turn" if state.get("turn") else "messages"
+        key = event.get("sent_at")
+        html = self._gauge_from_event(state, key) if self._shown is None or "gauge" in self._shown else None
+        if html is not None:
+            # The gauge at once, from the event; the rest after every viewer here has it.
+            await self.send(text_data=html)
+            self._mark(kind, event, already={"gauge"})
+        else:
+            self._mark(kind, event)
+        _gauge_round(self.session_id, key).handle()
 
     async def run_update(self, event: dict[str, Any]) -> None:
         run = event.get("run") or {}
@@ -134,8 +186,8 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def profile_update(self, event: dict[str, Any]) -> None:
         self._mark("profile", event)
 
-    def _mark(self, kind: str, event: dict[str, Any]) -> None:
-        self._stale.update(fragments.KINDS.get(kind, ()))
+    def _mark(self, kind: str, event: dict[str, Any], *, already: set[str] | frozenset[str] = frozenset()) -> None:
+        self._stale.update(set(fragments.KINDS.get(kind, ())) - already)
         self._key = event.get("sent_at")
         if event.get("type", "").startswith("run."):
             self._event = event
@@ -152,11 +204,12 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             if self._shown is not None:
                 names &= self._shown
             event, self._event = self._event, None
+            key = self._key
             for group in (names & FIRST, names - FIRST):
                 if not group:
                     continue
                 try:
-                    html = await self._fragments(group, self._key, event)
+                    html = await self._fragments(group, key, event)
                 except Exception:  # a broken render must not kill the page's socket
                     log.exception("session %s: could not render %s", self.session_id, sorted(group))
                     return
@@ -166,6 +219,21 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 await self.send(text_data=html)
             self._last_push = loop.time()
 
+    def _gauge_from_event(self, state: dict[str, Any], key: object) -> str | None:
+        # Rendered here on the loop: a fraction of a millisecond of template, no
+        # query, so it does not queue behind the requests on the database thread.
+        if "gauge" not in state:
+            return None
+        slot = (self.session_id, key)
+        if key is None or slot not in _event_gauges:
+            html = fragments.gauge_push(state)
+            if key is None:
+                return html
+            _event_gauges[slot] = html
+            while len(_event_gauges) > SHARED_RENDERS:
+                _event_gauges.popitem(last=False)
+        return _event_gauges[slot]
+
     async def _fragments(self, names: frozenset[str], key: object, event: dict[str, Any] | None) -> str | None:
         if event is not None or key is None:
             # Run events carry per-run progress, so they are not shared.
@@ -174,13 +242,20 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         slot = (self.session_id, tuple(sorted(names)), key)
         entry = _shared_renders.get(slot)
         if entry is None or entry[0] is not loop or entry[1].cancelled():
-            future: asyncio.Future[str | None] = asyncio.ensure_future(self._fetch_fragments(names, key, None))
+            future: asyncio.Future[str | None] = asyncio.ensure_future(self._after_gauges(names, key))
             _shared_renders[slot] = (loop, future)
             while len(_shared_renders) > SHARED_RENDERS:
                 _shared_renders.popitem(last=False)
             entry = (loop, future)
         # Shielded: a viewer leaving mid-render must not cancel the others' render.
         return await asyncio.shield(entry[1])
+
+    async def _after_gauges(self, names: frozenset[str], key: object) -> str | None:
+        round_ = _gauge_rounds.get((self.session_id, key))
+        if round_ is not None and "gauge" not in names:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(round_.done.wait(), GAUGE_HEAD_START)
+        return await self._fetch_fragments(names, key, None)
 
     # -- database ------------------------------------------------------------------------
 

@@ -24,14 +24,12 @@ from typing import Any
 from uuid import UUID
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import QuerySet
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
 from contextlab.engine.errors import ContextLabError
-from contextlab.engine.messages import Message
-from contextlab.engine.tokens import TiktokenCounter
 from contextlab.lib import payload_diff, summary_diff, textsafe
 from contextlab.lib.flow import build_flow
 from contextlab.sessions import services
@@ -81,50 +79,49 @@ def latest_turn(session: AgentSession, *, payload: bool = False) -> Turn | None:
 # -- gauge ---------------------------------------------------------------------------------
 
 
-def _system_tokens(session: AgentSession) -> int:
-    if not session.system_prompt:
-        return 0
-    counter = TiktokenCounter(session.profile.tokenizer)
-    return int(counter.count_message(Message.text("system", session.system_prompt, id="_gauge")))
-
-
-def _pending(session: AgentSession, latest: Turn | None) -> dict[str, int]:
-    """Tokens of the live messages appended since the latest turn, by layer."""
-    after = 0
-    if latest is not None:
-        last_id = (latest.trace.get("payload") or {}).get("last_message_id")
-        if last_id:
-            after = (SessionMessage.objects.filter(session=session, message_id=last_id).order_by()
-                     .values_list("seq", flat=True).first() or 0)
-        else:
-            # Nothing was live at that turn: everything live now came after it.
-            after = 0
-    # A tool result is a "tool" message (OpenAI) or a user message holding a
-    # tool_result block (Anthropic); the JSON text tells the second kind apart.
-    is_tool = Q(role="tool") | Q(current_content__icontains='"tool_result"')
-    totals = (SessionMessage.objects.filter(session=session, status=SessionMessage.Status.LIVE, seq__gt=after)
-              .aggregate(tool=Sum("tokens", filter=is_tool), other=Sum("tokens", filter=~is_tool),
-                         count=Count("id")))
-    return {"tool_results": int(totals["tool"] or 0), "messages": int(totals["other"] or 0),
-            "count": int(totals["count"] or 0)}
+def _gauge_inputs(session: AgentSession, latest: Turn | None) -> dict[str, Any]:
+    """What the gauge shows now: the session's ``live_view`` when it is current, else the
+    same inputs read from the turn and message rows (sessions saved before views)."""
+    view = services.current_live_view(session)
+    if view is not None and "gauge" in view:
+        return dict(view["gauge"])
+    inputs = services.latest_turn_inputs(latest)
+    inputs["pending"] = services.pending_from_rows(session, inputs["last_message_id"])
+    if latest is None:
+        inputs["system"] = services.system_prompt_tokens(session.profile.tokenizer, session.system_prompt)
+    return inputs
 
 
 def gauge_context(session: AgentSession, latest: Turn | None, *, now: bool = True) -> dict[str, Any]:
-    """The budget of ``latest``'s payload, plus (``now``) the messages appended since."""
+    """The budget of ``latest``'s payload, plus (``now``) the messages appended since.
+
+    With ``now``, the latest turn is the session's, and ``latest`` is read only
+    when the session has no current ``live_view``."""
     profile = session.profile
     window, threshold, reserve = profile.max_input_length, profile.threshold, profile.reserve
-    if latest is not None and not now:
-        window, threshold = latest.window or window, latest.threshold or threshold
-        reserve = int((latest.trace.get("budget") or {}).get("reserve", reserve))
-    pending = _pending(session, latest) if now else {"tool_results": 0, "messages": 0, "count": 0}
-    if latest is not None:
-        layers = latest.layer_tokens()
+    if now:
+        inputs = _gauge_inputs(session, latest)
+    else:
+        inputs = {**services.latest_turn_inputs(latest), "system": 0,
+                  "pending": {"tool_results": 0, "messages": 0, "count": 0}}
+        if latest is not None:
+            window, threshold = latest.window or window, latest.threshold or threshold
+            reserve = int((latest.trace.get("budget") or {}).get("reserve", reserve))
+    return {"gauge": gauge_numbers(inputs, window=window, threshold=threshold, reserve=reserve)}
+
+
+def gauge_numbers(inputs: Mapping[str, Any], *, window: int, threshold: int, reserve: int) -> dict[str, Any]:
+    """The gauge's figures from its inputs (``live_view``'s "gauge") and the profile's limits: the one
+    computation behind the page, its htmx requests and its websocket pushes."""
+    pending = inputs["pending"]
+    layers = inputs.get("layers")
+    if layers is not None:
         system, summary, schemas = layers["system"], layers["summary"], layers["tools"]
         messages = layers["messages"] + pending["messages"]
         tools = layers["tool_results"] + pending["tool_results"]
         total = layers["total"] + pending["messages"] + pending["tool_results"]
     else:
-        system, summary, schemas = _system_tokens(session), 0, 0
+        system, summary, schemas = int(inputs.get("system") or 0), 0, 0
         messages, tools = pending["messages"], pending["tool_results"]
         # The provider's reply priming, as the engine counts it.
         total = system + messages + tools + (3 if system or messages or tools else 0)
@@ -135,7 +132,7 @@ def gauge_context(session: AgentSession, latest: Turn | None, *, now: bool = Tru
                                   ("tools", "tool schemas", schemas), ("messages", "kept messages", messages),
                                   ("tool_results", "tool results", tools))
     ]
-    return {"gauge": {
+    return {
         "window": window, "threshold": threshold, "reserve": reserve, "total": total,
         "segments": segments,
         "threshold_percent": round(100 * threshold / scale, 3),
@@ -145,9 +142,21 @@ def gauge_context(session: AgentSession, latest: Turn | None, *, now: bool = Tru
         "left": threshold - total,
         "over_threshold": total >= threshold,
         "over_window": total > window,
-        "turn": latest.number if latest else None,
+        "turn": inputs.get("turn"),
         "pending": pending["count"],
-    }}
+    }
+
+
+def gauge_push(state: Mapping[str, Any]) -> str | None:
+    """The gauge's push rendered from a ``gauge.update`` event's state alone (no query), or None
+    when the event does not carry the gauge's inputs. The same partial and figures as
+    ``render_fragments(session, ["gauge"])`` for the state the event reports."""
+    inputs, limits = state.get("gauge"), state.get("tokens") or {}
+    if not isinstance(inputs, Mapping) or not all(key in limits for key in ("window", "threshold", "reserve")):
+        return None
+    gauge = gauge_numbers(inputs, window=int(limits["window"]), threshold=int(limits["threshold"]),
+                          reserve=int(limits["reserve"]))
+    return render_to_string(f"{TEMPLATE}#gauge", {"gauge": gauge, "gauge_live": True, "oob": True})
 
 
 # -- chart ---------------------------------------------------------------------------------
@@ -462,15 +471,24 @@ def compaction_blocker(session: AgentSession) -> str | None:
         return f"the session is {session.status}"
     if session.live_count <= 0:
         return "no live message to compact"
-    # The engine's own split, so the button agrees with what pressing it would do.
-    try:
-        preview = services.compaction_preview(session=session)
-    except ContextLabError as exc:
-        return exc.message
-    if not preview["compact_ids"]:
-        return (f"nothing to compact: the {len(preview['keep_ids'])} live message"
-                f"{'s' if len(preview['keep_ids']) != 1 else ''} fit in the kept tail"
-                f" ({preview['kept_tokens']:,} tokens)")
+    # The engine's own split, so the button agrees with what pressing it would do:
+    # as the last commit computed it, unless the profile changed since.
+    view = services.current_live_view(session)
+    split = view.get("compaction") if view and view.get("profile") == [session.profile_id,
+                                                                         session.profile.version] else None
+    if split is None:
+        try:
+            preview = services.compaction_preview(session=session)
+        except ContextLabError as exc:
+            return exc.message
+        split = {"compact": len(preview["compact_ids"]), "keep": len(preview["keep_ids"]),
+                 "kept_tokens": preview["kept_tokens"]}
+    if "error" in split:
+        return str(split["error"])
+    if not split["compact"]:
+        return (f"nothing to compact: the {split['keep']} live message"
+                f"{'s' if split['keep'] != 1 else ''} fit in the kept tail"
+                f" ({split['kept_tokens']:,} tokens)")
     return None
 
 
@@ -521,7 +539,9 @@ def page_context(session: AgentSession) -> dict[str, Any]:
 def render_fragments(session: AgentSession, names: Iterable[str], *, event: Mapping[str, Any] | None = None) -> str:
     """The named fragments in their live version, marked for an out-of-band swap."""
     wanted = [name for name in FRAGMENTS if name in set(names)]
-    needs_turn = {"gauge", "flow", "llm", "timebar"} & set(wanted)
+    # The gauge reads the latest turn only when the session has no current live view.
+    needs_turn = {"flow", "llm", "timebar"} & set(wanted) or (
+        "gauge" in wanted and services.current_live_view(session) is None)
     latest = latest_turn(session, payload="llm" in wanted) if needs_turn else None
     context: dict[str, Any] = {"session": session, "latest": latest, "oob": True, "gauge_live": True}
     builders = {

@@ -327,6 +327,12 @@ class AgentSession(models.Model):
     # Bumped by every commit of the engine's state: a process holding an
     # engine of this version may reuse it instead of loading the state again.
     state_version = models.PositiveBigIntegerField(default=0)
+    # What the session page's live panels show (the gauge's inputs, whether a
+    # manual compaction would do anything), written by the commit that made it
+    # true, by the process that held the engine: a page reads it instead of the
+    # turn and message rows, and never loads an engine for it. Valid while its
+    # "version" is ``state_version`` (see ``services.live_view``).
+    live_view = models.JSONField(default=dict, blank=True)
     # Set while a summary call for this session runs with no lock held (the
     # call's bound): turns arriving meanwhile do not start a second one.
     summary_call_until = models.DateTimeField(null=True, blank=True)

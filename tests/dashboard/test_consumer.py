@@ -73,6 +73,23 @@ async def test_it_pushes_the_gauge_when_messages_are_appended():
     await communicator.disconnect()
 
 
+async def test_it_sends_the_gauge_alone_and_first_the_same_as_a_page_request_renders_it():
+    from contextlab.dashboard import fragments
+
+    user, session = await _make_session()
+    communicator = _communicator(session, user)
+    assert (await communicator.connect())[0]
+    await database_sync_to_async(services.messages_append)(session=session, messages=tool_turn(1, output_bytes=300))
+    await database_sync_to_async(live.flush)()
+    first = await communicator.receive_from(timeout=5)
+    rest = await communicator.receive_from(timeout=5)
+    # The first frame is the gauge and nothing else; the lists follow in a frame of their own.
+    assert first.count("hx-swap-oob") == 1 and 'id="gauge"' in first
+    assert 'id="gauge"' not in rest and 'id="fate-live"' in rest and 'id="stats"' in rest
+    assert first == await database_sync_to_async(fragments.push_html)(session.pk, ["gauge"])
+    await communicator.disconnect()
+
+
 async def test_it_pushes_every_fragment_after_a_turn():
     user, session = await _make_session()
     communicator = _communicator(session, user)
@@ -165,15 +182,24 @@ async def test_it_renders_an_update_once_for_every_viewer_of_the_session(monkeyp
         renders.append(tuple(sorted(names)))
         return real(session_id, names, key=key, event=event)
 
+    gauges: list[str | None] = []
+    real_gauge = fragments.gauge_push
+
+    def counted_gauge(state):
+        gauges.append(real_gauge(state))
+        return gauges[-1]
+
     # The process-wide cache of finished renders is bypassed: only sharing the render itself counts.
     monkeypatch.setattr(fragments.render_cache, "get", lambda key: None)
     monkeypatch.setattr(consumers.fragments, "push_html", counted)
+    monkeypatch.setattr(consumers.fragments, "gauge_push", counted_gauge)
     await database_sync_to_async(services.messages_append)(session=session, messages=tool_turn(1, output_bytes=300))
     await database_sync_to_async(live.flush)()
     for viewer in viewers:
         html = await _receive_until(viewer, 'id="fate-live"')
         assert 'id="gauge"' in html
-    # One render of the gauge group and one of the lists, whatever the number of viewers.
-    assert len(renders) == 2
+    # One render of the gauge (from the event, no query) and one of the rest, whatever the number of viewers.
+    assert len(gauges) == 1 and gauges[0] is not None and 'id="gauge"' in gauges[0]
+    assert renders == [("compaction", "fate", "ledger", "stats")]
     for viewer in viewers:
         await viewer.disconnect()

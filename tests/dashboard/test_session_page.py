@@ -57,6 +57,7 @@ def test_it_splits_the_gauge_by_layer_as_the_latest_turn_measured(alice_client, 
 def test_it_moves_the_gauge_when_messages_arrive_before_any_turn(alice_client, worked_session):
     before = fragments.gauge_context(worked_session, fragments.latest_turn(worked_session))["gauge"]
     services.messages_append(session=worked_session, messages=[{"role": "user", "content": "one more thing " * 40}])
+    worked_session.refresh_from_db()  # as a page reads it: the committed row
     after = fragments.gauge_context(worked_session, fragments.latest_turn(worked_session))["gauge"]
     added = SessionMessage.objects.filter(session=worked_session).order_by("-seq").first().tokens
     assert after["total"] == before["total"] + added

@@ -74,7 +74,14 @@ from contextlab.sessions.services.inputs import (
     RunInProgress,
     SessionUnavailable,
 )
-from contextlab.sessions.services.live_state import run_announce, session_announce
+from contextlab.sessions.services.live_state import (
+    current_live_view,
+    latest_turn_inputs,
+    pending_from_rows,
+    run_announce,
+    session_announce,
+    system_prompt_tokens,
+)
 from contextlab.sessions.services.memory import (
     MemoryConsolidation,
     memory_consolidate,
@@ -110,11 +117,11 @@ __all__ = [
     "latest_draft", "pin_fact", "pin_message", "pins_of", "run_cancel", "unpin_fact", "unpin_message",
     "BUNDLE_FORMAT", "MAX_INSTRUCTION_LENGTH", "MAX_MESSAGE_ID_LENGTH", "MAX_TITLE_LENGTH", "NEVER_STARTED",
     "WORKER_DIED", "MemoryConsolidation", "PayloadTooLarge", "PendingTurn", "PruneResult", "RunInProgress", "SessionUnavailable",
-    "check_usage", "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run",
+    "check_usage", "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run", "current_live_view",
     "compaction_start", "compaction_work", "memory_consolidate", "memory_consolidate_due", "memory_day_due",
     "messages_append", "messages_append_openai", "offloaded_prune", "pending_turn_apply_plan", "pending_turn_commit", "profile_create", "profile_default",
-    "profile_resolve", "profile_zone", "reported_prompt_tokens", "run_announce", "runs_reap", "runs_recover",
+    "latest_turn_inputs", "pending_from_rows", "profile_resolve", "profile_zone", "reported_prompt_tokens", "run_announce", "runs_reap", "runs_recover",
     "session_advance", "session_advance_pending", "session_announce", "session_create", "session_delete", "session_export",
-    "session_import_bundle", "session_new", "session_prepare", "session_repeat_pending", "transcript_import", "transcript_import_enqueue",
+    "session_import_bundle", "session_new", "session_prepare", "session_repeat_pending", "system_prompt_tokens", "transcript_import", "transcript_import_enqueue",
     "transcript_import_work", "usage_report", "message_reinject", "whatif_execute", "whatif_stalled", "whatif_start",
 ]

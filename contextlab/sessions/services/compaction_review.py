@@ -37,7 +37,7 @@ from contextlab.sessions.services.inputs import (
     SessionUnavailable,
     check_text,
 )
-from contextlab.sessions.services.live_state import run_announce
+from contextlab.sessions.services.live_state import current_live_view, run_announce
 from contextlab.sessions.services.persistence import fate_sizes, locked_session, persist_step
 from contextlab.sessions.services.runs import COMPACT_SESSION, run_claim, run_not_queued
 from contextlab.sessions.services.summary_calls import CompactionCancelled
@@ -61,7 +61,11 @@ class DraftNotOpen(ContextLabError):
 
 
 def pins_of(session: AgentSession) -> Pins:
-    """The session's pins as last committed (read from the state header, no lock)."""
+    """The session's pins as last committed (no lock): from its live view, which a page
+    reads anyway, else from the state header (a large document to decode)."""
+    view = current_live_view(session)
+    if view is not None and "pins" in view:
+        return Pins.from_dict(view["pins"])
     return Pins.from_dict((session.engine_state or {}).get("pins"))
 
 
@@ -79,6 +83,7 @@ def _change_pins(session: AgentSession, change: str, value: str) -> Pins:
         persist_step(locked, manager, before=before)
         session.engine_state = locked.engine_state
         session.state_version = locked.state_version
+        session.live_view = locked.live_view
         return Pins.from_dict(manager.pins.to_dict())
 
 

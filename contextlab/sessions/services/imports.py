@@ -30,7 +30,12 @@ from contextlab.sessions.models import (
 )
 from contextlab.sessions.services.bundles import session_import_bundle
 from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH, PayloadTooLarge
-from contextlab.sessions.services.live_state import live_state_of, run_announce, session_announce
+from contextlab.sessions.services.live_state import (
+    current_live_view,
+    live_state_of,
+    run_announce,
+    session_announce,
+)
 from contextlab.sessions.services.observed import (
     copaw_workspace_import,
     otlp_import,
@@ -236,7 +241,7 @@ def transcript_import_work(*, run_id: int) -> str:
         session.refresh_from_db()
         # Loaded under the lock: the session is open to writers again (see ``load_manager``).
         with locked_session(session) as (locked, manager):
-            state = live_state_of(locked, manager, None)
+            state = live_state_of(locked, manager, None, current_live_view(locked))
         session_announce(session_id=session.pk, state=state)
         run_announce(run, done=session.messages_count, total=int((session.source or {}).get("messages") or 0))
         return str(run.status)

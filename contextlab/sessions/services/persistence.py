@@ -33,7 +33,7 @@ from contextlab.sessions.models import (
     Turn,
 )
 from contextlab.sessions.services.inputs import SessionUnavailable
-from contextlab.sessions.services.live_state import live_state_of, session_announce
+from contextlab.sessions.services.live_state import live_state_of, live_view_of, session_announce
 
 log = logging.getLogger(__name__)
 
@@ -607,7 +607,7 @@ def _persist_calls(session: AgentSession, manager: ContextManager, held: _Held) 
 # What ``persist_step`` (and its callers, under the same lock) change on the session row.
 _SESSION_FIELDS = ["engine_state", "summary", "summary_version", "turns_count", "live_count", "messages_count",
                    "tokens_used", "tokens_threshold", "tokens_window", "compactions_count", "failures_count",
-                   "last_activity", "state_version", "system_prompt", "summary_call_until"]
+                   "last_activity", "state_version", "system_prompt", "summary_call_until", "live_view"]
 
 
 def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapping[str, int],
@@ -640,6 +640,8 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
                 else {m.id: m for m in manager.messages})
         header["unrowed"] = {"messages": {mid: manager.message_form(live[mid]) for mid in held.unrowed},
                              "fate": {mid: manager.fate.get(mid, []) for mid in held.unrowed}}
+    # The view this step starts from, while it still describes the committed state.
+    previous = session.live_view if session.live_view.get("version") == session.state_version else None
     session.engine_state = header
     session.summary = manager.summary or ""
     session.summary_version = manager.summary_version
@@ -649,6 +651,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     session.tokens_window = profile.max_input_length
     session.last_activity = timezone.now()
     session.state_version += 1
+    session.live_view = live_view_of(session, manager, turn, previous=previous, unrowed=held.unrowed)
     # Only the columns a step changes: the row's other columns (its import source,
     # title, status) are neither re-encoded nor written back on every turn.
     session.save(update_fields=None if session._state.adding else _SESSION_FIELDS)
@@ -660,7 +663,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
         # After the commit, under whatever span is current now (a gateway call's).
         parent, trace_dict, session_id = telemetry.current_context(), turn.trace, session.pk
         transaction.on_commit(lambda: telemetry.record_turn(trace_dict, session_id=session_id, parent=parent))
-    state = live_state_of(session, manager, turn)
+    state = live_state_of(session, manager, turn, session.live_view)
     transaction.on_commit(lambda: session_announce(session_id=session.pk, state=state))
     return turn
 
