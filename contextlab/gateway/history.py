@@ -135,7 +135,7 @@ class PrefixDigests:
         same = len(known_messages) if (len(known_messages) <= len(messages)
                                        and list(messages[:len(known_messages)]) == known_messages) else 0
         if not same:
-            same = history_common_length(known_messages, messages)
+            same = common_prefix(known_messages, messages)
         digests = known_digests[:same] + [digest(message) for message in messages[same:]]
         chains = known_chains[:same] + chained(digests[same:], known_chains[same - 1] if same else "")
         with self._lock:
@@ -147,16 +147,6 @@ class PrefixDigests:
     def clear(self) -> None:
         with self._lock:
             self._known.clear()
-
-
-def history_common_length(known: Sequence[Any], messages: Sequence[Any]) -> int:
-    """How many leading messages the two lists share."""
-    n = 0
-    for a, b in zip(known, messages, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 def split_system(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -194,8 +184,8 @@ def derived_key(*, profile_id: int, system: str, first_user_message: Any, includ
     return f"auto:{profile_id}:{_hash(parts)}"
 
 
-def common_prefix(stored: Sequence[str], incoming: Sequence[str]) -> int:
-    """How many leading digests the two lists share."""
+def common_prefix(stored: Sequence[Any], incoming: Sequence[Any]) -> int:
+    """How many leading items (messages or their digests) the two lists share."""
     n = 0
     for a, b in zip(stored, incoming, strict=False):
         if a != b:
