@@ -43,3 +43,12 @@ def worked_session(alice_session):
     work(alice_session, WORKED_TURNS)
     assert alice_session.compactions_count >= 2
     return alice_session
+
+
+@pytest.fixture
+def compactable_session(worked_session):
+    """A new request after the last compaction: what came before it can be compacted by hand."""
+    services.messages_append(session=worked_session,
+                             messages=[answer(WORKED_TURNS), *tool_turn(WORKED_TURNS + 1, output_bytes=300)])
+    worked_session.refresh_from_db()
+    return worked_session

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 from contextlab.sessions import services
 from contextlab.sessions.models import CompactionRun
-from tests.conversations import answer, tool_turn
-from tests.dashboard.conftest import WORKED_TURNS
+from tests.conversations import tool_turn
 
 
 def _url(session, rest):
     return f"{session.get_absolute_url()}{rest}"
-
-
-@pytest.fixture
-def compactable_session(worked_session):
-    """A new request after the last compaction: what came before it can be compacted by hand."""
-    services.messages_append(session=worked_session, messages=[answer(WORKED_TURNS), *tool_turn(WORKED_TURNS + 1, output_bytes=300)])
-    worked_session.refresh_from_db()
-    return worked_session
 
 
 def test_it_previews_the_split(alice_client, worked_session):

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-
 from contextlab.sessions import services
 from contextlab.sessions.models import CompactionRun, SessionMessage
-from tests.conversations import answer, tool_turn
-from tests.dashboard.conftest import WORKED_TURNS
 
 HTMX = {"HX-Request": "true"}
 
 
 def _url(session, rest):
     return f"{session.get_absolute_url()}{rest}"
-
-
-@pytest.fixture
-def compactable_session(worked_session):
-    services.messages_append(session=worked_session, messages=[answer(WORKED_TURNS), *tool_turn(WORKED_TURNS + 1, output_bytes=300)])
-    worked_session.refresh_from_db()
-    return worked_session
 
 
 def _draft(client, session) -> CompactionRun:
