@@ -110,7 +110,7 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
                            f"keep {len(plan.keep)} ({plan.kept_tokens:,} tokens)")
             if not manual:
                 note_split_flaws(manager, trace, left)
-                deferred = manager.planned is None and _defer(manager, rec, plan)
+                deferred = manager.planned is None and _defer(manager, rec, plan, used)
     if deferred:
         fit_window_step(manager, trace)
         return
@@ -167,37 +167,47 @@ def contextlab_turn(manager: ContextManager, trace: TurnTrace, *, manual: bool, 
     fit_window_step(manager, trace)
 
 
-def minimum_gain(threshold: int, reserve: int) -> int:
+def minimum_gain(threshold: int, reserve: int, window: int, fixed: int) -> int:
     """The fewest tokens an automatic compaction must free to be worth its LLM call.
 
-    The whole band between the reserve line and the threshold (at least the
-    reserve). That is the hysteresis: a compaction brings the context down to
-    the reserve line, and the next one comes only once the context has grown
-    by as much again, so compactions are as far apart as a first one from an
-    empty context. A band of three quarters compacted more often than CoPaw on
-    the long corpus sessions (CoPaw's byte estimate undercounts, so it compacts
-    late); the whole band does not, and costs a few points of mean context.
-    The band does not shrink when a large summary or system prompt leaves
-    little room under the threshold: that is exactly when small compactions
-    would follow each other. Until a compaction is worth it the payload may sit
-    between the threshold and the window, never over it.
+    At least the whole band between the reserve line and the threshold (and at
+    least the reserve). That is the hysteresis: a compaction brings the context
+    down to the reserve line, and the next one comes only once the context has
+    grown by as much again, so compactions are as far apart as a first one from
+    an empty context. The band does not shrink when a large summary or system
+    prompt (``fixed``: system prompt, summary and tool schemas) leaves little
+    room under the threshold: that is exactly when small compactions would
+    follow each other.
+
+    A compaction also waits until it would bring down a payload one reserve
+    past the threshold: the fixed layers, the kept reserve and the gain add
+    up to the threshold plus the reserve. Without it the first compaction (no
+    summary yet, a short system prompt) fires the moment the threshold is
+    crossed, sooner than CoPaw's, whose byte estimate undercounts and so
+    compacts late: a band alone compacted more often than CoPaw on the long
+    corpus sessions, this does not (``benchmarks/compaction_count.py``). The
+    line stays two reserves below the window, so the next turn has room.
+    Until a compaction is worth it the payload may sit between the threshold
+    and the window, never over it.
     """
-    return max(reserve, threshold - reserve)
+    band = max(reserve, threshold - reserve)
+    return max(band, min(window - 3 * reserve, threshold) - fixed)
 
 
-def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan) -> bool:
+def _defer(manager: ContextManager, rec: StepRecord, plan: SplitPlan, fixed: int) -> bool:
     """Skip a compaction that would free too little, while the payload still fits the window."""
     if not plan.compact:
         return False
-    gain = minimum_gain(manager.profile.threshold, manager.profile.reserve)
+    p = manager.profile
+    gain = minimum_gain(p.threshold, p.reserve, p.max_input_length, fixed)
     payload = manager.payload_exact_tokens()
-    if plan.compact_tokens >= gain or payload > manager.profile.max_input_length:
+    if plan.compact_tokens >= gain or payload > p.max_input_length:
         return False
     rec.status = "ok"
     rec.numbers["minimum_gain"] = gain
     rec.reasons.append(
         f"compacting would free only {plan.compact_tokens:,} tokens (less than {gain:,}) and the payload "
-        f"({payload:,} tokens) fits the {manager.profile.max_input_length:,}-token window: compaction deferred")
+        f"({payload:,} tokens) fits the {p.max_input_length:,}-token window: compaction deferred")
     rec.outcome = f"over the threshold, compaction deferred: it would free only {plan.compact_tokens:,} tokens"
     return True
 

@@ -33,12 +33,12 @@ def work(session, turns: int, *, first: int = 1, output_bytes: int = 1_500) -> N
 
 
 # The turns of ``worked_session``: a test that goes on with the conversation starts at WORKED_TURNS + 1.
-WORKED_TURNS = 18
+WORKED_TURNS = 20
 
 
 @pytest.fixture
 def worked_session(alice_session):
-    """Eighteen turns on the small profile: stage-1 and stage-2 cuts and two compactions (a
+    """Twenty turns on the small profile: stage-1 and stage-2 cuts and two compactions (a
     compaction waits until it frees the band between the reserve and the threshold)."""
     work(alice_session, WORKED_TURNS)
     assert alice_session.compactions_count >= 2

@@ -15,7 +15,7 @@ class CompactionLossTests(BrowserTestCase):
         profile = services.profile_create(owner=self.alice, name="small", knobs=SMALL)
         session = services.session_create(owner=self.alice, system_prompt="You are a careful coding agent.",
                                           profile=profile, title="Losses")
-        for i in range(1, 10):
+        for i in range(1, 12):
             services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
                                                                 *tool_turn(i, output_bytes=1_500)])
             services.session_prepare(session=session)

@@ -54,7 +54,7 @@ class LiveSessionTests(BrowserTestCase):
         assert not self.page_errors
 
     def test_it_shows_the_numbers_of_a_compacting_turn_in_its_decision_flow(self) -> None:
-        session = self._session(turns=10)
+        session = self._session(turns=12)
         turn = Turn.objects.filter(session=session, outcome="compacted").order_by("number").first()
         assert turn is not None
         self.open_live(session.get_absolute_url())

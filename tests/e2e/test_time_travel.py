@@ -51,7 +51,7 @@ class TimeTravelTests(BrowserTestCase):
 
     def test_a_click_on_a_turn_shows_every_panel_at_that_turn_and_follow_the_latest_returns(self) -> None:
         # Two compactions on the small profile (the second lands on turn 18).
-        turns = 18
+        turns = 20
         session = self._session(turns=turns)
         compacted = Turn.objects.filter(session=session, outcome="compacted").order_by("number")
         first, last = compacted.first(), compacted.last()

@@ -32,7 +32,10 @@ def test_it_defers_a_compaction_that_would_free_little_while_the_window_holds(tm
         check = result.trace.get("context_check")
         assert check is not None
         if result.trace.outcome == "no_action" and check.numbers["total"] >= check.numbers["threshold_left"]:
-            assert check.numbers["minimum_gain"] == minimum_gain(m.profile.threshold, m.profile.reserve)
+            gate = result.trace.get("gate")
+            assert gate is not None
+            assert check.numbers["minimum_gain"] == minimum_gain(m.profile.threshold, m.profile.reserve,
+                                                                 WINDOW, gate.numbers["used"])
             assert any("compaction deferred" in reason for reason in check.reasons)
     assert max(sent) <= WINDOW
     compactions = outcomes.count("compacted")
@@ -96,3 +99,36 @@ def test_it_shortens_huge_call_arguments_to_fit_the_window_and_keeps_them_whole(
     assert short["path"] == "report.md" and entry["file"] in short["content"]
     assert m.original(live).tool_uses[0].input == call.input
     assert entry["file"] in m.referenced_files()
+
+
+def test_it_lets_the_first_compaction_wait_until_the_payload_is_a_reserve_past_the_threshold(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    threshold, reserve = m.profile.threshold, m.profile.reserve
+    m.append([user("build the project and fix what breaks")])
+    before_first: int | None = None
+    for i in range(60):
+        m.append(tool_round("bash", {"command": f"make step-{i}"}, [log_lines(6, f"step{i}")]))
+        result = m.prepare()
+        sent = result.trace.payload["tokens"]["total"]
+        assert sent <= WINDOW
+        if result.trace.outcome == "compacted":
+            gate, check = result.trace.get("gate"), result.trace.get("context_check")
+            assert gate is not None and check is not None
+            before_first = gate.numbers["used"] + check.numbers["total"]
+            break
+        # Past the threshold by less than a reserve: no compaction yet.
+        assert sent < threshold + reserve + 400, (i, sent)
+    assert before_first is not None
+    # It brought down a payload one reserve past the threshold (within one round's size).
+    assert threshold + reserve - 400 <= before_first <= WINDOW - reserve
+    assert minimum_gain(threshold, reserve, WINDOW, 0) == threshold
+
+
+def test_it_never_waits_past_two_reserves_below_the_window_nor_less_than_the_band() -> None:
+    # A threshold at 75 %: one reserve past it would leave only 1.5 reserves of headroom, so 2 win.
+    assert minimum_gain(7_500, 1_000, 10_000, 0) == 7_000
+    # Defaults (70 %, 10 %), nothing fixed yet: the whole threshold, not just the band.
+    assert minimum_gain(7_000, 1_000, 10_000, 0) == 7_000
+    assert minimum_gain(7_000, 1_000, 10_000, 500) == 6_500
+    # A large summary leaves little room: the band still holds.
+    assert minimum_gain(5_600, 800, 8_000, 3_000) == 4_800

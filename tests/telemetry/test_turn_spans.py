@@ -24,7 +24,7 @@ def test_it_exports_each_hook_run_as_a_span_tree(collector, alice_session, djang
                                                   protocol):
     endpoint = collector.http_endpoint if protocol == "http/protobuf" else collector.grpc_endpoint
     telemetry.configure(endpoint, protocol)
-    _work(alice_session, 10, django_capture_on_commit_callbacks)
+    _work(alice_session, 12, django_capture_on_commit_callbacks)
     assert telemetry.flush()
     turns = sorted(collector.spans("contextlab.turn"), key=lambda s: s.attributes["contextlab.turn.number"])
     alice_session.refresh_from_db()
