@@ -39,7 +39,8 @@ WORKED_TURNS = 20
 @pytest.fixture
 def worked_session(alice_session):
     """Twenty turns on the small profile: stage-1 and stage-2 cuts and two compactions (a
-    compaction waits until it frees the band between the reserve and the threshold)."""
+    compaction waits until it frees the band between the reserve and the threshold, and
+    until the payload is a reserve past the threshold: ``policy_contextlab.minimum_gain``)."""
     work(alice_session, WORKED_TURNS)
     assert alice_session.compactions_count >= 2
     return alice_session

@@ -50,7 +50,7 @@ class TimeTravelTests(BrowserTestCase):
         assert page.get_attribute("#summary-pinned", "data-version") == (str(version.version) if version else "")
 
     def test_a_click_on_a_turn_shows_every_panel_at_that_turn_and_follow_the_latest_returns(self) -> None:
-        # Two compactions on the small profile (the second lands on turn 18).
+        # Two compactions on the small profile (the second lands on turn 20).
         turns = 20
         session = self._session(turns=turns)
         compacted = Turn.objects.filter(session=session, outcome="compacted").order_by("number")
