@@ -33,7 +33,12 @@ from contextlab.sessions.models import (
     Turn,
 )
 from contextlab.sessions.services.inputs import SessionUnavailable
-from contextlab.sessions.services.live_state import live_state_of, live_view_of, session_announce
+from contextlab.sessions.services.live_state import (
+    current_live_view,
+    live_state_of,
+    live_view_of,
+    session_announce,
+)
 
 log = logging.getLogger(__name__)
 
@@ -641,7 +646,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
         header["unrowed"] = {"messages": {mid: manager.message_form(live[mid]) for mid in held.unrowed},
                              "fate": {mid: manager.fate.get(mid, []) for mid in held.unrowed}}
     # The view this step starts from, while it still describes the committed state.
-    previous = session.live_view if session.live_view.get("version") == session.state_version else None
+    previous = current_live_view(session)
     session.engine_state = header
     session.summary = manager.summary or ""
     session.summary_version = manager.summary_version
