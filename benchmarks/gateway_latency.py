@@ -4,9 +4,11 @@ For each size, one conversation is first brought to that many messages (one
 call that ingests them all), with a window large enough that no compaction
 fires (a compaction's own LLM call would dwarf everything else). Then every
 round sends, for every size and both modes (non-streamed, streamed), the same
-request twice, in alternating order: straight to a local OpenAI-compatible
-provider, and through ContextLab's gateway served by Daphne (ASGI, as deployed)
-in front of that same provider. Each round adds a user message and the reply,
+request three times, in rotating order: straight to a local OpenAI-compatible
+provider; through ContextLab's gateway served by Daphne (ASGI, as deployed) in
+front of that same provider; and through a pass-through proxy under Daphne
+(``benchmarks/passthrough_proxy.py``: parse, re-encode, forward, nothing else),
+whose hop is what any proxy adds before doing any work of its own. Each round adds a user message and the reply,
 so the conversation keeps growing by two messages a round, as an agent's does.
 Both sides use the official ``openai`` client over real HTTP on 127.0.0.1; the
 difference is what the gateway adds: authentication, parsing the body, finding
@@ -30,11 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,15 +117,51 @@ def floor_ms(messages: list[dict[str, Any]], repeats: int = 5) -> tuple[float, f
     return min(parse) * MS, min(encode) * MS
 
 
+@contextmanager
+def passthrough_under_daphne(provider_base_url: str, folder: Path) -> Iterator[str]:
+    """``benchmarks/passthrough_proxy.py`` served by Daphne in front of the provider; yields its base URL."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    env = {**os.environ, "UPSTREAM_BASE_URL": provider_base_url,
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    with (folder / "passthrough.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "--fd", str(listener.fileno()), "-v", "0",
+             "benchmarks.passthrough_proxy:application"],
+            cwd=REPO, env=env, pass_fds=(listener.fileno(),), stdout=log, stderr=subprocess.STDOUT)
+        listener.close()
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx2.get(f"{url}/ready", timeout=2)
+                    break
+                except httpx2.TransportError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the pass-through proxy did not start: "
+                                           + (folder / "passthrough.log").read_text(errors="replace")) from None
+                    time.sleep(0.1)
+            yield f"{url}/v1"
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
 def run(rounds: int, sizes: tuple[int, ...], folder: Path) -> dict[str, Any]:
-    samples: dict[tuple[int, bool], list[tuple[float, float, float, float]]] = defaultdict(list)
+    samples: dict[tuple[int, bool], list[tuple[float, ...]]] = defaultdict(list)
     splits: dict[tuple[int, bool], list[dict[str, float]]] = defaultdict(list)
     floors: dict[int, list[tuple[float, float]]] = defaultdict(list)
     conversations = {size: conversation(size) for size in sizes}
     with Provider(lambda body: Answer(REPLY)) as provider, \
-            gateway_under_daphne(folder, provider.base_url, knobs={"max_input_length": 10_000_000}) as gateway:
+            gateway_under_daphne(folder, provider.base_url, knobs={"max_input_length": 10_000_000}) as gateway, \
+            passthrough_under_daphne(provider.base_url, folder) as passthrough_url:
         direct = OpenAI(base_url=provider.base_url, api_key="sk-direct", max_retries=0, timeout=120)
         through = OpenAI(base_url=gateway.url, api_key=gateway.token, max_retries=0, timeout=120)
+        floor = OpenAI(base_url=passthrough_url, api_key="sk-floor", max_retries=0, timeout=120)
         for messages in conversations.values():
             # One call brings the session to its size; a second one warms the process's engine cache.
             for opener in ("Start.", "Go on."):
@@ -130,15 +172,17 @@ def run(rounds: int, sizes: tuple[int, ...], folder: Path) -> dict[str, Any]:
             for size, messages in conversations.items():
                 for stream in (False, True):
                     messages.append({"role": "user", "content": f"Round {number}: build the next target."})
-                    # Alternate which side goes first, so neither always meets a warmer cache.
-                    if number % 2:
-                        g_first, g_total, text, split = call(through, messages, stream=stream)
-                        d_first, d_total, _, _ = call(direct, messages, stream=stream)
-                    else:
-                        d_first, d_total, _, _ = call(direct, messages, stream=stream)
-                        g_first, g_total, text, split = call(through, messages, stream=stream)
+                    # Rotate which side goes first, so none always meets a warmer cache.
+                    sides = {"direct": direct, "gateway": through, "floor": floor}
+                    order = list(sides)[number % 3:] + list(sides)[:number % 3]
+                    timed: dict[str, tuple[float, float, str, dict[str, float]]] = {}
+                    for side in order:
+                        timed[side] = call(sides[side], messages, stream=stream)
+                    d_first, d_total = timed["direct"][:2]
+                    g_first, g_total, text, split = timed["gateway"]
+                    f_first, f_total = timed["floor"][:2]
                     messages.append({"role": "assistant", "content": text})
-                    samples[(size, stream)].append((d_first, d_total, g_first, g_total))
+                    samples[(size, stream)].append((d_first, d_total, g_first, g_total, f_first, f_total))
                     splits[(size, stream)].append(split)
                     provider.requests.clear()  # the fake provider keeps every body otherwise
                 if number % max(1, rounds // 5) == 0:
@@ -161,14 +205,20 @@ def report(result: dict[str, Any], sizes: tuple[int, ...]) -> None:
               f"= {parse + encode:.2f} ms")
         for stream in (False, True):
             rows = result["samples"][(size, stream)]
-            print(f"  {'streamed' if stream else 'non-streamed'} ({len(rows)} interleaved pairs)")
+            print(f"  {'streamed' if stream else 'non-streamed'} ({len(rows)} interleaved rounds)")
             if stream:
                 print(_line("direct, first event", [r[0] for r in rows]))
                 print(_line("gateway, first event", [r[2] for r in rows]))
                 print(_line("ADDED to the first event", [r[2] - r[0] for r in rows]))
+                print(_line("pass-through, first event", [r[4] for r in rows]))
+                print(_line("its hop, first event", [r[4] - r[0] for r in rows]))
+                print(_line("GATEWAY OVER PASS-THROUGH", [r[2] - r[4] for r in rows]))
             print(_line("direct, whole answer", [r[1] for r in rows]))
             print(_line("gateway, whole answer", [r[3] for r in rows]))
             print(_line("ADDED to the whole answer", [r[3] - r[1] for r in rows]))
+            print(_line("pass-through, whole answer", [r[5] for r in rows]))
+            print(_line("its hop, whole answer", [r[5] - r[1] for r in rows]))
+            print(_line("GATEWAY OVER PASS-THROUGH", [r[3] - r[5] for r in rows]))
             splits = result["splits"][(size, stream)]
             # The gateway's own time on the server, out of the client's noise: everything but the provider call.
             own = [(s.get("parse", 0.0) + s.get("prepare", 0.0) + s.get("record", 0.0)) / MS for s in splits]
