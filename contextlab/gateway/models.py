@@ -222,11 +222,16 @@ class ObservedCall(models.Model):
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     upstream_ms = models.FloatField(default=0.0)
+    # "<trace id>/<span id>" of a call received as an OpenTelemetry span: an exporter
+    # sends a batch again when its answer was lost, and the span is recorded once.
+    span = models.CharField(max_length=100, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:
         ordering = ["pk"]
         indexes = [models.Index(fields=["owner", "profile", "id"], name="observedcall_profile")]
+        constraints = [models.UniqueConstraint(fields=["owner", "profile", "span"], condition=~models.Q(span=""),
+                                               name="observedcall_one_row_per_span")]
 
     def __str__(self) -> str:
         return f"observed call {self.pk} ({self.status_code or '-'})"

@@ -15,6 +15,7 @@ inference: the agent never saw a reply, and its retry is the call that counts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -262,14 +263,57 @@ def record_spans(*, owner: User, profile: AgentProfile, records: list[dict[str, 
     with transaction.atomic():
         # One profile's calls are taken in the order they arrived.
         AgentProfile.objects.select_for_update().filter(pk=profile.pk).first()
+        fresh = _not_recorded_yet(owner, profile, records)
+        if not fresh:
+            return []
         calls = [ObservedCall.objects.create(
             owner=owner, profile=profile, body=record["body"], reply_text=str(record.get("response_text") or ""),
             reply_tool_calls=list(record.get("response_tool_calls") or []),
             usage=record["usage"] if isinstance(record.get("usage"), dict) else None,
-            session_header=str(record.get("session_id") or "")[:300], status_code=200) for record in records]
+            session_header=str(record.get("session_id") or "")[:300], status_code=200, span=span)
+            for record, span in fresh]
         sessions = _rebuild(owner.pk, profile, calls)
     unique: dict[Any, AgentSession] = {s.pk: s for s in sessions.values()}
     return list(unique.values())
+
+
+# Spans looked up per query: below SQLite's smallest limit on a statement's parameters.
+SPAN_LOOKUP_BATCH = 500
+
+
+def span_ref(record: dict[str, Any]) -> str:
+    """The record's span as "<trace id>/<span id>"; "" when the exporter sent no ids (never deduplicated)."""
+    trace_id, span_id = str(record.get("trace_id") or ""), str(record.get("span_id") or "")
+    if not span_id:
+        return ""
+    ref = f"{trace_id}/{span_id}"
+    # Real ids take 49 characters; longer ones (not OTLP's) are kept apart by a digest, never cut.
+    return ref if len(ref) <= 100 else "sha256:" + hashlib.sha256(ref.encode("utf-8", "replace")).hexdigest()
+
+
+def _not_recorded_yet(owner: User, profile: AgentProfile,
+                      records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """The records (with their span refs) whose span this profile has not recorded.
+
+    OTLP exporters send a batch again when its answer did not come back in time
+    (the spec's retry on timeouts, 429 and 5xx), though the first attempt may
+    have been recorded: the same span must not become a second call.
+    """
+    refs = [span_ref(record) for record in records]
+    wanted = sorted({ref for ref in refs if ref})
+    seen: set[str] = set()
+    for start in range(0, len(wanted), SPAN_LOOKUP_BATCH):
+        seen.update(ObservedCall.objects.filter(owner=owner, profile=profile,
+                                                span__in=wanted[start:start + SPAN_LOOKUP_BATCH])
+                    .values_list("span", flat=True))
+    fresh: list[tuple[dict[str, Any], str]] = []
+    for record, ref in zip(records, refs, strict=True):
+        if ref:
+            if ref in seen:
+                continue
+            seen.add(ref)  # the same span twice in one batch
+        fresh.append((record, ref))
+    return fresh
 
 
 def _session_for(call: ObservedCall, conversation_id: str, first: RecordedRequest) -> AgentSession:

@@ -10,6 +10,7 @@ The ``X-ContextLab-Profile`` header picks the profile; else the caller's default
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import Any
@@ -54,7 +55,18 @@ def _payload(request: HttpRequest) -> dict[str, Any]:
     message = ExportTraceServiceRequest()
     message.ParseFromString(request.body)
     decoded: dict[str, Any] = MessageToDict(message)
+    _hex_ids(decoded)
     return decoded
+
+
+def _hex_ids(decoded: dict[str, Any]) -> None:
+    """Trace and span ids as OTLP/JSON writes them (hex), not as protobuf's JSON mapping does (base64)."""
+    for resource_spans in decoded.get("resourceSpans") or []:
+        for scope_spans in resource_spans.get("scopeSpans") or []:
+            for span in scope_spans.get("spans") or []:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if isinstance(span.get(key), str):
+                        span[key] = base64.b64decode(span[key]).hex()
 
 
 @csrf_exempt

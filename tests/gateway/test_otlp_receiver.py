@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from contextlab.gateway.models import ObservedCall
+from contextlab.gateway.observe import span_ref
 from contextlab.sessions.models import AgentSession
 from tests.gateway.provider import Provider, tool_loop
 
@@ -81,3 +82,34 @@ def test_it_takes_otlp_json_too_and_refuses_what_is_not_a_trace(gateway_server, 
     assert accepted.status_code == 200 and accepted.json() == {}
     assert ObservedCall.objects.filter(owner=alice).count() == 2
     assert AgentSession.objects.get(owner=alice).turns.count() == 2
+
+
+def test_it_records_a_span_once_when_an_exporter_sends_its_batch_again(gateway_server, alice, alice_token,
+                                                                      instrumented):
+    # An OTLP exporter whose answer did not come back in time sends the same batch
+    # again, though the first attempt was recorded: calls and turns must not double.
+    memory = InMemorySpanExporter()
+    instrumented.add_span_processor(SimpleSpanProcessor(memory))
+    with Provider(tool_loop(rounds=1)) as upstream:
+        _agent_run(upstream.base_url)
+    spans = list(memory.get_finished_spans())
+    assert len(spans) == 2
+    url = f"{gateway_server}/otlp/v1/traces"
+    headers = {"Authorization": f"Bearer {alice_token}", "Content-Type": "application/x-protobuf"}
+    with httpx2.Client(timeout=30) as http:
+        # The first call alone, then the whole run, sent again, then every span twice in one batch.
+        for batch in (spans[:1], spans, spans, [*spans, *spans]):
+            assert http.post(url, content=encode_spans(batch).SerializeToString(), headers=headers).status_code == 200
+    calls = list(ObservedCall.objects.filter(owner=alice).order_by("pk"))
+    assert len(calls) == 2
+    # Stored as OTLP/JSON writes ids: 32 hex digits of trace, 16 of span.
+    assert [c.span for c in calls] == [f"{s.context.trace_id:032x}/{s.context.span_id:016x}" for s in spans]
+    assert AgentSession.objects.get(owner=alice).turns.count() == 2
+
+
+def test_it_keeps_apart_span_ids_too_long_to_store_instead_of_cutting_them():
+    long_trace = "f" * 120
+    first = span_ref({"trace_id": long_trace, "span_id": "a" * 16})
+    second = span_ref({"trace_id": long_trace, "span_id": "b" * 16})
+    assert first != second and len(first) <= 100 and first.startswith("sha256:")
+    assert span_ref({"trace_id": "0" * 32, "span_id": ""}) == ""
