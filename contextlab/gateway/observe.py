@@ -18,21 +18,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx2
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Count, Max, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from contextlab import telemetry
-from contextlab.engine.observe import RecordedRequest
+from contextlab.engine.observe import Observer, RecordedRequest
 from contextlab.gateway import sse, upstream
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, AgentSession
-from contextlab.sessions.services.observed import observe, observed_session_write
+from contextlab.sessions.services.observed import Parsed, observe, observed_session_write
 
 log = logging.getLogger(__name__)
 
@@ -226,21 +231,85 @@ def _record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | No
         return _rebuild(call.owner_id, call.profile, [call]).get(call.pk)
 
 
+@dataclass
+class _Observed:
+    """The inference over one profile's recorded calls, kept in the process and fed one call at a time."""
+
+    observer: Observer
+    requests: list[RecordedRequest]
+    call_ids: list[int]
+    parsed: Parsed
+    # When the newest call was recorded: with the count and the last id, what tells
+    # this inference from one over another database's calls (a restored backup).
+    newest: datetime | None = None
+
+    def fingerprint(self) -> tuple[int, int | None, datetime | None]:
+        return len(self.call_ids), (self.call_ids[-1] if self.call_ids else None), self.newest
+
+
+# Profiles whose inference this process keeps (least recently recorded go first).
+# Each holds its recorded requests: memory grows with the agent runs they observe.
+KEPT_PROFILES = 8
+_kept: OrderedDict[int, _Observed] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _take(profile_id: int) -> _Observed | None:
+    # Taken out while a call uses it: a transaction that fails never puts back half an update.
+    with _kept_lock:
+        return _kept.pop(profile_id, None)
+
+
+def _keep(profile_id: int, observed: _Observed) -> None:
+    with _kept_lock:
+        _kept[profile_id] = observed
+        while len(_kept) > KEPT_PROFILES:
+            _kept.popitem(last=False)
+
+
+def _observed_before(recorded: QuerySet[ObservedCall], new: list[ObservedCall], profile_id: int) -> _Observed:
+    """The inference over the profile's calls before ``new``: the one this process kept when the
+    database still holds exactly the calls it saw (one query), else read again from every call."""
+    earlier = recorded.exclude(pk__in=[c.pk for c in new])
+    kept = _take(profile_id)
+    if kept is not None:
+        seen = earlier.aggregate(count=Count("pk"), last=Max("pk"), newest=Max("created"))
+        if (seen["count"], seen["last"], seen["newest"]) == kept.fingerprint():
+            return kept
+        # Another process recorded calls of this profile since: read them all.
+    calls = list(earlier.order_by("pk"))
+    requests = [_recorded_request(seq, c) for seq, c in enumerate(calls, start=1)]
+    return _Observed(observer=observe(requests), requests=requests, call_ids=[c.pk for c in calls], parsed=Parsed(),
+                     newest=max((c.created for c in calls), default=None))
+
+
 def _rebuild(owner_id: int, profile: AgentProfile, new: list[ObservedCall]) -> dict[int, AgentSession]:
     """Run the inference over every recorded call of the profile and rewrite the sessions of the
-    conversations the ``new`` calls belong to; the session of each new call, by its id."""
-    calls = list(ObservedCall.objects.filter(owner_id=owner_id, profile_id=profile.pk, status_code=200, error="")
-                 .order_by("pk"))
-    requests = [_recorded_request(seq, c) for seq, c in enumerate(calls, start=1)]
-    observer = observe(requests)
-    seq_of = {c.pk: seq for seq, c in enumerate(calls, start=1)}
+    conversations the ``new`` calls belong to; the session of each new call, by its id.
+
+    The inference reads the calls in order and never revises what it found, so the
+    process keeps it between calls and feeds it only the new ones; the sessions'
+    rows are rewritten from it (reusing what earlier rewrites parsed).
+    """
+    recorded = ObservedCall.objects.filter(owner_id=owner_id, profile_id=profile.pk, status_code=200, error="")
+    observed = _observed_before(recorded, new, profile.pk)
+    for call in sorted(new, key=lambda c: c.pk):
+        if call.status_code != 200 or call.error:
+            continue
+        request = _recorded_request(len(observed.requests) + 1, call)
+        observed.requests.append(request)
+        observed.call_ids.append(call.pk)
+        observed.newest = max(observed.newest, call.created) if observed.newest else call.created
+        observed.observer.observe(request)
+    observer, requests = observed.observer, observed.requests
+    seq_of = {pk: seq for seq, pk in enumerate(observed.call_ids, start=1)}
     sessions: dict[int, AgentSession] = {}
     written: set[str] = set()
     for call in new:
-        seq = seq_of[call.pk]
+        seq = seq_of.get(call.pk)
         conversation = next(
             (c for c in observer.conversations.values()
-             if seq in c.requests or any(s.seq == seq for s in c.side_calls)), None)
+             if seq in c.requests or any(s.seq == seq for s in c.side_calls)), None) if seq else None
         if conversation is None:
             continue
         call.conversation = conversation.id
@@ -250,8 +319,10 @@ def _rebuild(owner_id: int, profile: AgentProfile, new: list[ObservedCall]) -> d
         call.save(update_fields=["conversation", "side_call", "session"])
         if conversation.id not in written:
             written.add(conversation.id)
-            session = observed_session_write(session, requests, conversation.id, observer)
+            session = observed_session_write(session, requests, conversation.id, observer, parsed=observed.parsed)
         sessions[call.pk] = session
+    # Kept for the next call once this one is committed; a rollback drops it.
+    transaction.on_commit(lambda: _keep(profile.pk, observed))
     return sessions
 
 

@@ -68,3 +68,33 @@ def test_it_keeps_conversations_named_by_the_session_header_apart(gateway_url, a
     second = _post(gateway_url, alice_token, body, **{"X-ContextLab-Session": "run-2"})
     assert first.headers["X-ContextLab-Session"] != second.headers["X-ContextLab-Session"]
     assert AgentSession.objects.filter(source__format="observed").count() == 2
+
+
+def test_it_reads_again_the_calls_another_process_recorded(gateway_url, alice, alice_token, observed,
+                                                          provider) -> None:
+    # The inference is kept in the process between calls and fed only the new one;
+    # a call another web process recorded meanwhile must not be skipped.
+    provider.responder = lambda body: Answer(f"Reply {len(body['messages'])}.")
+    messages: list[dict] = [{"role": "system", "content": "Be brief."}]
+
+    def step(text: str, *, elsewhere: bool = False) -> None:
+        messages.append({"role": "user", "content": text})
+        body = {"model": "gpt-4o", "messages": list(messages)}
+        if elsewhere:
+            reply = f"Reply {len(messages)}."
+            ObservedCall.objects.create(owner=alice, profile=observed.profile, body=body, reply_text=reply,
+                                        status_code=200)
+        else:
+            answer = _post(gateway_url, alice_token, body)
+            assert answer.status_code == 200
+            reply = answer.json()["choices"][0]["message"]["content"]
+        messages.append({"role": "assistant", "content": reply})
+
+    step("one")
+    step("two")
+    step("three", elsewhere=True)
+    step("four")
+    session = AgentSession.objects.get(source__format="observed")
+    turns = list(session.turns.order_by("number"))
+    assert [t.payload[-1]["content"] for t in turns] == ["one", "two", "three", "four"]
+    assert session.messages_count == 8  # the four asks, three replies sent back, and the last reply

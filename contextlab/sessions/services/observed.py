@@ -67,6 +67,33 @@ def main_conversation(observer: Observer) -> Conversation | None:
     return max(agents, key=lambda c: len(c.requests)) if agents else None
 
 
+class Parsed:
+    """What ``_write`` derives from each request and that never changes once the request is
+    recorded: its messages' keys and content blocks, by request ``seq``.
+
+    Kept beside an observer fed one request at a time (the observe-mode gateway),
+    so a rewrite after one more call parses only that call's messages. Valid for
+    one list of requests: the same ``seq`` always names the same request.
+    """
+
+    def __init__(self) -> None:
+        self._keys: dict[int, list[str]] = {}
+        self._blocks: dict[tuple[int, int], list[dict[str, Any]]] = {}
+
+    def keys(self, request: RecordedRequest) -> list[str]:
+        if request.seq not in self._keys:
+            self._keys[request.seq] = message_keys(request.messages)
+        return self._keys[request.seq]
+
+    def blocks(self, request: RecordedRequest, index: int, calls: dict[str, str]) -> list[dict[str, Any]]:
+        # The tool names in ``calls`` come from the requests before this message,
+        # which are the same on every rewrite: the blocks are too.
+        slot = (request.seq, index)
+        if slot not in self._blocks:
+            self._blocks[slot] = _blocks(request.messages[index], calls)
+        return self._blocks[slot]
+
+
 def _blocks(message: dict[str, Any], calls: dict[str, str]) -> list[dict[str, Any]]:
     try:
         [parsed] = from_openai([message], known_calls=calls)
@@ -81,9 +108,13 @@ def _engine_role(message: dict[str, Any]) -> str:
 
 
 def observed_session_write(session: AgentSession, requests: list[RecordedRequest],
-                           conversation_id: str | None = None, observer: Observer | None = None) -> AgentSession:
-    """Rebuild the session's rows from its requests (already observed by ``observer``), in one transaction."""
+                           conversation_id: str | None = None, observer: Observer | None = None,
+                           parsed: Parsed | None = None) -> AgentSession:
+    """Rebuild the session's rows from its requests (already observed by ``observer``), in one transaction.
+
+    ``parsed``: what earlier rewrites of the same requests derived (see ``Parsed``)."""
     observer = observer or observe(requests)
+    parsed = parsed or Parsed()
     conversation = (observer.conversations.get(conversation_id) if conversation_id
                     else main_conversation(observer))
     by_seq = {r.seq: r for r in requests}
@@ -98,11 +129,12 @@ def observed_session_write(session: AgentSession, requests: list[RecordedRequest
         if conversation is None:
             locked.save()
             return locked
-        _write(locked, conversation, by_seq)
+        _write(locked, conversation, by_seq, parsed)
     return locked
 
 
-def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, RecordedRequest]) -> None:
+def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, RecordedRequest],
+           parsed: Parsed) -> None:
     turns: list[Turn] = []
     rows: dict[str, SessionMessage] = {}
     calls: dict[str, str] = {}
@@ -120,8 +152,9 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
             for call in message.get("tool_calls") or []:
                 if isinstance(call, dict):
                     calls[str(call.get("id"))] = str((call.get("function") or {}).get("name", ""))
-        for key, message in zip(message_keys(messages), messages, strict=True):
-            blocks = _blocks(message, calls)
+        for index, key in enumerate(parsed.keys(request)):
+            message = messages[index]
+            blocks = parsed.blocks(request, index, calls)
             row = rows.get(key)
             if row is None:
                 row = SessionMessage(session=session, message_id=key[:200], seq=len(rows) + 1,
@@ -169,7 +202,7 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
     if agent_observations:
         # Live is what the agent sent last; anything else left, a replaced summary included.
         last = agent_observations[-1]
-        last_keys = set(message_keys(by_seq[last.seq].messages))
+        last_keys = set(parsed.keys(by_seq[last.seq]))
         for key, row in rows.items():
             if key not in last_keys and row.status == SessionMessage.Status.LIVE:
                 row.status = SessionMessage.Status.ARCHIVED
