@@ -4,17 +4,17 @@ The 75 requests of the real CoPaw 1.0.2 run go through the gateway in observe
 mode (Django's test client, SQLite, a local provider answering what CoPaw got),
 twice, each time under a profile of its own:
 
-* **kept**: as served, the process keeps each profile's inference and feeds it
-  only the new call;
+* **kept**: as served, the process keeps each profile's inference, feeds it
+  only the new call and writes only the message rows that changed;
 * **rebuilt**: the kept inference is dropped before every call, so each call
-  reads and infers every call before it again (what every call did before the
-  inference was kept, and what a process that did not record the previous call
-  still does).
+  reads and infers every call before it again and writes every row of the
+  session again (what every call did before, and what a process that did not
+  record the previous call still does once).
 
 Printed: the median time of recording a call (the database work and the session
 rewrite, in the client's wait) for calls 1-10, 31-40 and 66-75 of the run, and
-the whole run's total. What still grows with the run in "kept" is the rewrite
-of the session's message rows.
+the whole run's total. What still grows with the run in "kept" is deriving every
+message row from every request before comparing them with the rows written.
 
 Run: ``.venv/bin/python benchmarks/observe_gateway.py``.
 """

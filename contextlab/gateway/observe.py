@@ -22,7 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -242,6 +242,14 @@ class _Observed:
     # When the newest call was recorded: with the count and the last id, what tells
     # this inference from one over another database's calls (a restored backup).
     newest: datetime | None = None
+    # Each conversation's session, found once (finding it reads the JSON of the owner's sessions).
+    sessions: dict[str, AgentSession] = field(default_factory=dict)
+
+    def session_for(self, call: ObservedCall, conversation_id: str, first: RecordedRequest) -> AgentSession:
+        known = self.sessions.get(conversation_id)
+        if known is not None and AgentSession.objects.filter(pk=known.pk).exists():
+            return known
+        return _session_for(call, conversation_id, first)
 
     def fingerprint(self) -> tuple[int, int | None, datetime | None]:
         return len(self.call_ids), (self.call_ids[-1] if self.call_ids else None), self.newest
@@ -314,12 +322,13 @@ def _rebuild(owner_id: int, profile: AgentProfile, new: list[ObservedCall]) -> d
             continue
         call.conversation = conversation.id
         call.side_call = seq not in conversation.requests
-        session = _session_for(call, conversation.id, requests[conversation.requests[0] - 1])
+        session = observed.session_for(call, conversation.id, requests[conversation.requests[0] - 1])
         call.session = session
         call.save(update_fields=["conversation", "side_call", "session"])
         if conversation.id not in written:
             written.add(conversation.id)
             session = observed_session_write(session, requests, conversation.id, observer, parsed=observed.parsed)
+            observed.sessions[conversation.id] = session
         sessions[call.pk] = session
     # Kept for the next call once this one is committed; a rollback drops it.
     transaction.on_commit(lambda: _keep(profile.pk, observed))

@@ -14,8 +14,10 @@ import httpx2
 import pytest
 
 from contextlab.engine.importers.copaw_workspace import import_copaw_workspace
+from contextlab.gateway import observe as observe_gateway
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, AgentSession, SessionMessage, SummaryVersion, Turn
+from contextlab.sessions.services.observed import observed_session_write
 from tests.gateway.provider import Answer, Provider, stream_chunks
 from tests.observed.copaw import REQUESTS, WORKSPACE, analysis, recorded_requests
 
@@ -112,3 +114,32 @@ def test_it_replays_copaw_in_observe_mode_and_finds_what_happened(replayed: dict
     assert compacted_rows.count() == report["archived_messages"]
     assert session.summary == report["summary"]
     assert session.live_count == len(recordings[-1]["body"]["messages"])
+
+
+def _rows(session: AgentSession) -> dict[str, Any]:
+    """Everything a rewrite of an observed session sets, in a comparable form."""
+    return {
+        "messages": list(SessionMessage.objects.filter(session=session).order_by("seq").values_list(
+            "message_id", "seq", "role", "content", "current_content", "status", "truncated_stage",
+            "truncated_turn", "compacted_turn", "summary_version", "fate")),
+        "versions": list(SummaryVersion.objects.filter(session=session).order_by("version").values_list(
+            "version", "text", "turn", "trigger", "compactor", "compacted_ids")),
+        "files": sorted(session.offloaded_files.values_list("path", "message_id", "stage", "bytes", "kept_bytes")),
+        "turns": list(Turn.objects.filter(session=session).order_by("number").values_list(
+            "number", "trigger", "outcome", "trace", "payload_tokens", "compacted_count", "summary_version")),
+        "session": AgentSession.objects.filter(pk=session.pk).values(
+            "summary", "summary_version", "turns_count", "compactions_count", "failures_count", "messages_count",
+            "live_count", "tokens_used").get(),
+    }
+
+
+def test_it_writes_call_by_call_the_same_rows_a_rewrite_from_scratch_writes(replayed: dict[str, Any]) -> None:
+    # The gateway fed the kept inference one call at a time and wrote only the rows that
+    # changed; reading every recorded call again and writing every row must find the same.
+    [session] = AgentSession.objects.filter(source__format="observed")
+    incremental = _rows(session)
+    calls = ObservedCall.objects.filter(profile=replayed["profile"], status_code=200, error="").order_by("pk")
+    requests = [observe_gateway._recorded_request(seq, call) for seq, call in enumerate(calls, start=1)]
+    observed_session_write(session, requests, "c1")
+    assert _rows(session) == incremental
+    assert len(incremental["messages"]) > 100 and len(incremental["versions"]) == 4

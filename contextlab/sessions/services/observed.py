@@ -79,6 +79,9 @@ class Parsed:
     def __init__(self) -> None:
         self._keys: dict[int, list[str]] = {}
         self._blocks: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        # The message rows the last rewrite of each session left, by message key:
+        # (row id, the written fields), so the next rewrite writes only what changed.
+        self.written: dict[Any, dict[str, tuple[int, tuple[Any, ...]]]] = {}
 
     def keys(self, request: RecordedRequest) -> list[str]:
         if request.seq not in self._keys:
@@ -122,19 +125,67 @@ def observed_session_write(session: AgentSession, requests: list[RecordedRequest
         locked = AgentSession.objects.select_for_update(of=("self",)).get(pk=session.pk)
         # Turns are kept: a request's turn never changes once written, since the
         # inference reads the requests in order (the gateway adds one per call).
-        for model in (SummaryVersion, SessionMessage, OffloadedFile):
-            model.objects.filter(session=locked).delete()
+        # So are the message rows that did not change since the last rewrite this
+        # process made, as long as nothing else changed the session's rows.
+        written = parsed.written.pop(locked.pk, None)
+        if written is not None and conversation is not None and \
+                SessionMessage.objects.filter(session=locked).count() != len(written):
+            written = None
+        SummaryVersion.objects.filter(session=locked).delete()
+        OffloadedFile.objects.filter(session=locked).delete()
+        if written is None:
+            SessionMessage.objects.filter(session=locked).delete()
         if conversation is None:
             Turn.objects.filter(session=locked).delete()
-        if conversation is None:
             locked.save()
             return locked
-        _write(locked, conversation, by_seq, parsed)
+        kept = _write(locked, conversation, by_seq, parsed, written or {})
+        if kept is not None:
+            # ``parsed`` lives only as long as the transaction commits (the gateway
+            # keeps it on commit): a rollback never leaves rows it does not describe.
+            parsed.written[locked.pk] = kept
     return locked
 
 
+# The fields of a message row a rewrite sets (the others keep their defaults).
+_ROW_FIELDS = ("message_id", "seq", "role", "content", "current_content", "status", "truncated_stage",
+               "truncated_turn", "compacted_turn", "summary_version", "fate")
+
+
+def _save_rows(session: AgentSession, rows: dict[str, SessionMessage],
+               written: dict[str, tuple[int, tuple[Any, ...]]]) -> dict[str, tuple[int, tuple[Any, ...]]] | None:
+    """Write the rows that differ from ``written`` (what the previous rewrite left): insert the new
+    ones, update the changed ones, delete the gone ones. Returns the new ``written``, or None when
+    the database gave the inserted rows no ids to remember."""
+    snapshot = {key: tuple(getattr(row, name) for name in _ROW_FIELDS) for key, row in rows.items()}
+    fresh: list[SessionMessage] = []
+    changed: list[SessionMessage] = []
+    for key, row in rows.items():
+        before = written.get(key)
+        if before is None:
+            fresh.append(row)
+            continue
+        row.pk = before[0]
+        if before[1] != snapshot[key]:
+            changed.append(row)
+    gone = [pk for key, (pk, _) in written.items() if key not in rows]
+    if gone:
+        SessionMessage.objects.filter(session=session, pk__in=gone).delete()
+    for row in changed:
+        # A few rows a call (a status, a fate event): one short UPDATE each costs less
+        # than the CASE expressions of a bulk update.
+        SessionMessage.objects.filter(pk=row.pk).update(
+            **{name: getattr(row, name) for name in _ROW_FIELDS if name != "message_id"})
+    SessionMessage.objects.bulk_create(fresh)
+    ids = {key: row.pk for key, row in rows.items() if row.pk is not None}
+    if len(ids) != len(rows):
+        return None
+    return {key: (ids[key], snapshot[key]) for key in rows}
+
+
 def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, RecordedRequest],
-           parsed: Parsed) -> None:
+           parsed: Parsed, previous_rows: dict[str, tuple[int, tuple[Any, ...]]]
+           ) -> dict[str, tuple[int, tuple[Any, ...]]] | None:
     turns: list[Turn] = []
     rows: dict[str, SessionMessage] = {}
     calls: dict[str, str] = {}
@@ -212,7 +263,7 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
     stale += [n for n in written if n > len(turns)]
     Turn.objects.filter(session=session, number__in=stale).delete()
     Turn.objects.bulk_create([t for t in turns if t.number not in written or t.number in stale])
-    SessionMessage.objects.bulk_create(list(rows.values()))
+    kept = _save_rows(session, rows, previous_rows)
     versions = []
     for summary in conversation.summaries:
         compaction = next((c for c in conversation.compactions if c.get("summary_version") == summary["version"]), {})
@@ -245,6 +296,7 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
     session.tokens_used = last_tokens
     session.last_activity = timezone.now()
     session.save()
+    return kept
 
 
 def observed_session_create(*, owner: User, requests: list[RecordedRequest], title: str,
