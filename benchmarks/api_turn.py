@@ -34,19 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _setup(folder: Path) -> None:
-    # A database and workspaces of its own, never the developer's var/.
-    os.environ["DATABASE_URL"] = f"sqlite:///{folder / 'bench.sqlite3'}"
-    os.environ["CONTEXTLAB_WORKSPACES_DIR"] = str(folder / "workspaces")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextlab.settings")
-    os.environ.setdefault("CONTEXTLAB_EMBEDDED_BEAT", "false")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+from benchmarks import isolated_django  # noqa: E402
 
 
 def _exchange(i: int) -> list[dict[str, Any]]:
@@ -76,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="contextlab-api-turn-"))
     try:
-        _setup(folder)
+        isolated_django.setup(folder)
         _run(args)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

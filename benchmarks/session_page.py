@@ -20,7 +20,6 @@ short run; ``--keep DIR`` keeps the database and workspaces).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -32,19 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _setup(folder: Path) -> None:
-    # A database and workspaces of its own, never the developer's var/.
-    os.environ["DATABASE_URL"] = f"sqlite:///{folder / 'bench.sqlite3'}"
-    os.environ["CONTEXTLAB_WORKSPACES_DIR"] = str(folder / "workspaces")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextlab.settings")
-    os.environ.setdefault("CONTEXTLAB_EMBEDDED_BEAT", "false")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+from benchmarks import isolated_django  # noqa: E402
 
 
 def _median_ms(function: Callable[[], object], repeat: int) -> float:
@@ -66,7 +53,7 @@ def main() -> None:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="contextlab-bench-page-"))
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        _setup(folder)
+        isolated_django.setup(folder)
         _run(args.messages, args.repeat)
     finally:
         if not args.keep:
