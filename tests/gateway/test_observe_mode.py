@@ -8,8 +8,10 @@ import httpx2
 import pytest
 from django.test import Client
 
+from contextlab.gateway import observe as observe_gateway
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
-from contextlab.sessions.models import AgentProfile, AgentSession, Turn
+from contextlab.sessions.models import AgentProfile, AgentSession, SessionMessage, Turn
+from contextlab.sessions.services.observed import observed_session_write
 from tests.gateway.provider import USAGE, Answer, Error, Provider, completion, scripted
 
 
@@ -98,3 +100,39 @@ def test_it_reads_again_the_calls_another_process_recorded(gateway_url, alice, a
     turns = list(session.turns.order_by("number"))
     assert [t.payload[-1]["content"] for t in turns] == ["one", "two", "three", "four"]
     assert session.messages_count == 8  # the four asks, three replies sent back, and the last reply
+
+
+def test_it_writes_every_row_again_when_another_writer_rewrote_the_session(gateway_url, alice_token, observed,
+                                                                          provider) -> None:
+    # The process remembers the rows its last rewrite left and writes only the changed
+    # ones; rows another writer wrote again since (new ids, same count) must not be
+    # taken for them.
+    provider.responder = lambda body: Answer(f"Reply {len(body['messages'])}.")
+    messages: list[dict] = [{"role": "system", "content": "Be brief."}]
+
+    def call(text: str) -> None:
+        messages.append({"role": "user", "content": text})
+        answer = _post(gateway_url, alice_token, {"model": "gpt-4o", "messages": list(messages)})
+        assert answer.status_code == 200
+        messages.append({"role": "assistant", "content": answer.json()["choices"][0]["message"]["content"]})
+
+    def rows(session: AgentSession) -> list[tuple]:
+        return list(SessionMessage.objects.filter(session=session).order_by("seq").values_list(
+            "message_id", "seq", "status", "content", "fate"))
+
+    call("one")
+    call("two")
+    session = AgentSession.objects.get(source__format="observed")
+    recorded = [observe_gateway._recorded_request(seq, c) for seq, c in
+                enumerate(ObservedCall.objects.filter(status_code=200).order_by("pk"), start=1)]
+    conversation = ObservedCall.objects.order_by("pk").first().conversation
+    observed_session_write(session, recorded, conversation)  # another writer: every row, new ids
+    # The agent's own context manager drops the first exchange: rows written before change.
+    del messages[1:3]
+    call("three")
+    written = rows(session)
+    recorded = [observe_gateway._recorded_request(seq, c) for seq, c in
+                enumerate(ObservedCall.objects.filter(status_code=200).order_by("pk"), start=1)]
+    observed_session_write(session, recorded, conversation)
+    assert written == rows(session)
+    assert len(written) == 6 and sum(1 for row in written if row[2] != "live") == 2

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from contextlab.engine.convert.openai import from_openai
@@ -128,9 +129,12 @@ def observed_session_write(session: AgentSession, requests: list[RecordedRequest
         # So are the message rows that did not change since the last rewrite this
         # process made, as long as nothing else changed the session's rows.
         written = parsed.written.pop(locked.pk, None)
-        if written is not None and conversation is not None and \
-                SessionMessage.objects.filter(session=locked).count() != len(written):
-            written = None
+        if written is not None and conversation is not None:
+            # Rows another writer deleted or wrote again (new ids) since: write them all.
+            rows_now = SessionMessage.objects.filter(session=locked).aggregate(count=Count("pk"), last=Max("pk"))
+            if (rows_now["count"], rows_now["last"]) != (len(written), max((pk for pk, _ in written.values()),
+                                                                           default=None)):
+                written = None
         SummaryVersion.objects.filter(session=locked).delete()
         OffloadedFile.objects.filter(session=locked).delete()
         if written is None:
