@@ -171,6 +171,13 @@ _OBJ = {"type": "object", "additionalProperties": True}
 # The views read their field names from these (``json_body(request, BODY)``), so
 # a field the document does not list is refused with a 400 naming it.
 
+# A text that is not only spaces, as the server sees spaces (Python's ``str.isspace``:
+# ``strip()`` and ``split()``). Spelled out rather than ``\S``: the regular expressions of
+# JSON Schema validators (ECMA-262, Unicode White_Space) call the information separators
+# U+001C-U+001F ordinary characters, so a field of only those would pass the document and
+# be refused as blank.
+NOT_BLANK = "[^" + "".join(f"\\u{code:04x}" for code in range(0x10000) if chr(code).isspace()) + "]"
+
 _TITLE = {"type": "string", "maxLength": MAX_TITLE_LENGTH}
 _MESSAGE = {
     "type": "object", "required": ["role"], "additionalProperties": True,
@@ -208,7 +215,7 @@ COMPACT = _body({
 })
 RECALL = _body({
     # Not blank: a query of spaces finds nothing.
-    "query": {**_STR, "minLength": 1, "maxLength": MAX_QUERY_CHARS, "pattern": r"\S"},
+    "query": {**_STR, "minLength": 1, "maxLength": MAX_QUERY_CHARS, "pattern": NOT_BLANK},
     "limit": {**_INT, "minimum": 1, "maximum": MAX_RECALL_LIMIT, "default": 10},
     "inject": {"type": "boolean", "default": False},
 })
@@ -217,8 +224,8 @@ DRY_RUN = _body({"instruction": {**_NULL_STR, "maxLength": MAX_INSTRUCTION_LENGT
 PIN_ACTIONS = ("pin_message", "unpin_message", "pin_fact", "unpin_fact")
 PINS_CHANGE = _body({
     "action": {**_STR, "enum": list(PIN_ACTIONS)},
-    "message_id": {**_STR, "minLength": 1, "maxLength": 200, "pattern": r"\S", "description": "pin_message, unpin_message"},
-    "fact": {**_STR, "minLength": 1, "maxLength": MAX_FACT_CHARS, "pattern": r"\S",
+    "message_id": {**_STR, "minLength": 1, "maxLength": 200, "pattern": NOT_BLANK, "description": "pin_message, unpin_message"},
+    "fact": {**_STR, "minLength": 1, "maxLength": MAX_FACT_CHARS, "pattern": NOT_BLANK,
              "description": "pin_fact, unpin_fact"},
 }, required=("action",))
 # Examples of requests that succeed: a reader's starting point, and the
@@ -248,14 +255,14 @@ IMPORT_FORM = _body({
 }, required=("file",))
 YES = ("1", "true", "yes")
 NO = ("0", "false", "no")
-PROFILE_NAME = {**_STR, "minLength": 1, "maxLength": 100, "pattern": r"\S"}
+PROFILE_NAME = {**_STR, "minLength": 1, "maxLength": 100, "pattern": NOT_BLANK}
 
 
 def _profile_body(*, name_required: bool) -> dict[str, Any]:
     if name_required:
         return _body({"name": PROFILE_NAME, **knob_schemas()}, required=("name",))
     # Inline in a new session, an empty name asks the server to make one up.
-    name = {**PROFILE_NAME, "minLength": 0, "pattern": r"^$|\S", "description": "empty: a generated name"}
+    name = {**PROFILE_NAME, "minLength": 0, "pattern": "^$|" + NOT_BLANK, "description": "empty: a generated name"}
     return _body({"name": name, **knob_schemas()})
 
 

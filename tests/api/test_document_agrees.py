@@ -8,10 +8,12 @@ the other way round. Fixed on whichever side was wrong, pinned here in process.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from contextlab.api.openapi import NOT_BLANK
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession
 from tests.conversations import tool_turn
@@ -108,7 +110,7 @@ def test_it_refuses_a_null_recall_limit(api, alice_session):
 def test_the_document_says_what_the_server_refuses_in_a_query_and_a_usage(api):
     document = _document(api)
     recall = _request_schema(document, "/sessions/{session_id}/recall")["properties"]["query"]
-    assert recall["minLength"] == 1 and recall["pattern"] == r"\S"
+    assert recall["minLength"] == 1 and recall["pattern"] == NOT_BLANK
     usage = _request_schema(document, "/sessions/{session_id}/usage")["properties"]
     assert usage["turn"]["minimum"] == 1 and usage["usage"]["minProperties"] == 1
     turns = document["paths"]["/sessions/{session_id}/turns"]["get"]["parameters"]
@@ -121,7 +123,7 @@ def test_the_document_lists_the_servers_timezones_and_providers(api, settings):
     assert "Europe/Paris" in schemas["Timezone"]["enum"] and "" not in schemas["Timezone"]["enum"]
     assert schemas["ProfileSettings"]["properties"]["timezone"] == {"$ref": "#/components/schemas/Timezone"}
     assert schemas["ProfileSettings"]["properties"]["compaction_provider"]["enum"] == ["", "local"]
-    assert schemas["NewProfile"]["properties"]["name"]["pattern"] == r"\S"
+    assert schemas["NewProfile"]["properties"]["name"]["pattern"] == NOT_BLANK
 
 
 def test_it_documents_429_with_retry_after_on_every_authenticated_operation(api):
@@ -163,3 +165,21 @@ def test_a_rate_limited_answer_is_the_one_the_document_declares(api, alice_sessi
     OAS30Validator({**declared["content"]["application/json"]["schema"],
                     "components": document["components"]}).validate(response.json())
     assert int(response.headers["Retry-After"]) >= declared["headers"]["Retry-After"]["schema"]["minimum"]
+
+
+def test_its_not_blank_pattern_refuses_exactly_the_characters_the_server_strips():
+    # Found by the fuzzer: a query of only U+001E passed ``\S`` (a JSON Schema validator's
+    # regex calls it a character) and the server refused it as blank (Python calls it a space).
+    for code in range(0x110000):
+        if 0xD800 <= code < 0xE000:
+            continue
+        character = chr(code)
+        assert (re.fullmatch(NOT_BLANK, character) is None) == character.isspace(), hex(code)
+    assert re.search(NOT_BLANK, "\x1e\x1f ") is None and re.search(NOT_BLANK, " a ") is not None
+
+
+def test_it_refuses_a_query_of_information_separators_as_its_document_says(api, alice_session):
+    response = api.post(f"/api/v1/sessions/{alice_session.pk}/recall", {"query": "\x1e"})
+    assert response.status_code == 400 and response.json()["field"] == "query"
+    query = _request_schema(_document(api), "/sessions/{session_id}/recall")["properties"]["query"]
+    assert re.search(query["pattern"], "\x1e") is None

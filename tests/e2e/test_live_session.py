@@ -44,9 +44,13 @@ class LiveSessionTests(BrowserTestCase):
             f"document.querySelector('#gauge .gauge-used').dataset.total === '{expected}'", timeout=10_000)
         assert page.evaluate("window.__sameDocument") is True
         assert "4 messages appended since" in page.text_content("#gauge")
-        assert page.get_attribute("#stats", "data-messages") == str(session.messages_count)
+        # The other fragments follow the gauge (rendered once every viewer has its gauge).
+        page.wait_for_function(
+            f"document.querySelector('#stats').dataset.messages === '{session.messages_count}'", timeout=10_000)
         # The newest message heads the fate list, pushed too.
-        assert page.get_attribute("#fate-live tbody tr", "data-seq") == str(session.messages_count)
+        page.wait_for_function(
+            f"document.querySelector('#fate-live tbody tr').dataset.seq === '{session.messages_count}'",
+            timeout=10_000)
         # A turn moves the chart and the flow as well.
         self.api("POST", f"sessions/{session.pk}/prepare")
         page.wait_for_function("document.querySelector('#flow-live').dataset.turn === '2'", timeout=10_000)
@@ -106,7 +110,8 @@ class LiveSessionTests(BrowserTestCase):
         # The result streams into the rest of the page too: the new turn and its flow.
         page.wait_for_function(f"document.querySelector('#flow-live').dataset.turn === '{run.turn_number}'",
                                timeout=10_000)
-        assert page.get_attribute("#stats", "data-turns") == str(run.turn_number)
+        page.wait_for_function(f"document.querySelector('#stats').dataset.turns === '{run.turn_number}'",
+                               timeout=10_000)
         assert not self.page_errors
 
     def test_it_shows_a_script_in_tool_output_as_text_and_never_runs_it(self) -> None:
