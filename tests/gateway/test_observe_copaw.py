@@ -80,6 +80,9 @@ def test_it_replays_copaw_in_observe_mode_and_finds_what_happened(replayed: dict
 
     turns = Turn.objects.filter(session=session).order_by("number")
     assert turns.count() == expected["requests_by_kind"]["agent"]
+    # The chart draws each turn's threshold: the profile's, as the gauge shows it, never 0.
+    assert set(turns.values_list("threshold", "window")) == {(session.tokens_threshold, session.tokens_window)}
+    assert session.tokens_threshold == replayed["profile"].threshold > 0
     compacted = list(turns.filter(outcome="compacted"))
     assert [t.trace["observed"]["request"] for t in compacted] == [
         w["from_seq"] for w in expected["summary_wrapper_changes"]]

@@ -252,7 +252,8 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
             policy=OBSERVED_POLICY, trace=trace, payload=messages, used_tokens=int(tokens["total"]),
             payload_tokens=int(tokens["total"]), compacted_count=int(compaction.get("dropped") or 0),
             summary_version=int(trace["payload"].get("summary_version") or 0),
-            usage=request.usage))
+            # The agent's own limits are unknown: the profile's, as the gauge shows them.
+            threshold=session.tokens_threshold, window=session.tokens_window, usage=request.usage))
         last_tokens = int(tokens["total"])
     if agent_observations:
         # Live is what the agent sent last; anything else left, a replaced summary included.
