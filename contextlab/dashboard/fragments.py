@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from contextlab.engine.errors import ContextLabError
 from contextlab.lib import payload_diff, summary_diff, textsafe
+from contextlab.lib.blocks import first_text
 from contextlab.lib.flow import build_flow
 from contextlab.sessions import services
 from contextlab.sessions.models import (
@@ -320,28 +321,6 @@ def usage_context(turn: Turn) -> dict[str, Any]:
 
 
 # -- message fate ---------------------------------------------------------------------------
-
-
-def first_text(blocks: Iterable[Mapping[str, Any]] | None) -> str:
-    """The readable text of stored content blocks (text, tool input, tool output)."""
-    parts: list[str] = []
-    for block in blocks or []:
-        kind = block.get("type")
-        if kind == "text":
-            parts.append(str(block.get("text", "")))
-        elif kind == "thinking":
-            parts.append(str(block.get("thinking", "")))
-        elif kind == "tool_use":
-            parts.append(f"→ {block.get('name', '')}("
-                         + str(block.get("raw_input") or json.dumps(block.get("input", {}), ensure_ascii=False))
-                         + ")")
-        elif kind == "tool_result":
-            output = block.get("output", "")
-            parts.append(output if isinstance(output, str) else "\n".join(
-                str(p.get("text", "")) for p in output if isinstance(p, dict) and p.get("type") == "text"))
-        else:
-            parts.append(f"[{kind}]")
-    return "\n".join(p for p in parts if p)
 
 
 def _reinjection_seqs(session: AgentSession, rows: list[SessionMessage]) -> dict[str, int]:
