@@ -16,11 +16,16 @@ sees every import a reader sees:
 module, else to the package. Importing ``a.b.c`` also runs ``a/__init__`` and
 ``a/b/__init__``; those implicit arrows are left out, as every reader leaves
 them out.
+
+The last tests hold ``docs/architecture.md`` to the code: every path it names
+exists, and every "module  name" pair in its drawings is a name that module
+defines.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -260,3 +265,56 @@ def test_it_still_needs_every_listed_exception() -> None:
     # An exception that no longer breaks the contract is taken off the list.
     for module in SESSIONS_WEB_FACE:
         assert any(_inside(t, p) for t in graph()[module] for p in ABOVE_SESSIONS), module
+
+
+# -- the architecture page ---------------------------------------------------------------------
+
+PAGE = ROOT / "docs" / "architecture.md"
+# A path of two segments or more (``api/views.py``, ``contextlab/engine/``), not inside a URL.
+_PATH = re.compile(r"(?<![\w/.<>-])(\w+(?:/\w+)+(?:\.py|\.html|/)?)(?![\w/])")
+# In a drawing: a module and, after it, a name it defines (``api/views.py  session_prepare``).
+_MODULE_AND_NAME = re.compile(r"(?<![\w/.])(\w+(?:/\w+)*\.py)[ \t]+([A-Za-z_]\w*(?:\.\w+)?)(?![\w/.(:])")
+
+
+def _on_disk(path: str) -> Path | None:
+    for base in (ROOT, ROOT / PACKAGE):
+        if (base / path).exists():
+            return base / path
+    return None
+
+
+def _defines(path: Path, dotted: str) -> bool:
+    scope: list[ast.stmt] = ast.parse(path.read_text(encoding="utf-8")).body
+    for part in dotted.split("."):
+        found = next((node for node in scope if part in _names_of(node)), None)
+        if found is None:
+            return False
+        scope = found.body if isinstance(found, ast.ClassDef) else []
+    return True
+
+
+def _names_of(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {t.id for t in targets if isinstance(t, ast.Name)}
+    if isinstance(node, ast.ImportFrom):  # a re-export, e.g. a package's __init__
+        return {alias.asname or alias.name for alias in node.names}
+    return set()
+
+
+def test_it_names_only_modules_that_exist_on_the_architecture_page() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    missing = sorted({path for path in _PATH.findall(text) if _on_disk(path) is None}
+                     | {name for name in re.findall(r"`(contextlab(?:\.\w+)+)`", text) if name not in modules()})
+    assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def test_it_names_only_functions_that_exist_on_the_architecture_page() -> None:
+    drawings = re.findall(r"```\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
+    pairs = [pair for drawing in drawings for pair in _MODULE_AND_NAME.findall(drawing)]
+    wrong = [f"{path} {name}" for path, name in pairs
+             if (found := _on_disk(path)) is None or not _defines(found, name)]
+    assert len(pairs) >= 10, pairs
+    assert not wrong, f"docs/architecture.md names what its modules do not define: {wrong}"
