@@ -29,6 +29,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from contextlab.dashboard.review import review_context
 from contextlab.engine.errors import ContextLabError
 from contextlab.lib import payload_diff, summary_diff, textsafe
 from contextlab.lib.blocks import first_text
@@ -435,8 +436,6 @@ def compaction_context(session: AgentSession, *, event: Mapping[str, Any] | None
     if event and runs and event.get("run_id") == (active or runs[0]).pk:
         progress = {k: event[k] for k in ("steps", "done", "total") if k in event}
     blocker = None if active else compaction_blocker(session)
-    from contextlab.dashboard.review import review_context  # it reads this module's helpers
-
     return {"runs": runs, "active_run": active, "run_progress": progress,
             "can_compact": active is None and blocker is None, "compact_blocker": blocker,
             **review_context(session)}
