@@ -11,10 +11,11 @@ the name of the view that serves it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import models
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, get_resolver
 
 from contextlab import providers
 from contextlab.engine.messages import ROLES
@@ -123,6 +124,7 @@ def _body(properties: dict[str, Any], *, required: tuple[str, ...] = ()) -> dict
     return schema
 
 
+API_PREFIX = "api/v1/"  # where contextlab/urls.py mounts the API (and the insights' recall)
 SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 
 # The most rows one page of a list holds.
@@ -453,19 +455,26 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
-def _view_names() -> dict[str, str]:
-    """OpenAPI path -> name of the view serving it, from the URL configuration."""
-    from contextlab.api.urls import urlpatterns as api_patterns
-    from contextlab.insights.api_urls import urlpatterns as insights_patterns
+def _routes(patterns: list[URLPattern | URLResolver], prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
+    """Every route of the URL configuration, with its whole path."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _routes(pattern.url_patterns, prefix + str(pattern.pattern))
+        elif not str(pattern.pattern).startswith("^"):  # a regular expression: the API's catch-all
+            yield prefix + str(pattern.pattern), pattern
 
+
+def _view_names() -> dict[str, str]:
+    """OpenAPI path -> name of the view serving it.
+
+    Read from Django's URL resolver when the document is built, not by importing
+    the API's URL modules: those import the views, which import this module.
+    """
     names: dict[str, str] = {}
-    for pattern in [*insights_patterns, *api_patterns]:
-        if isinstance(pattern, URLResolver) or not isinstance(pattern, URLPattern):
-            continue
-        route = str(pattern.pattern)
-        if route.startswith("^"):
-            continue  # the catch-all
-        names["/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)] = pattern.callback.__name__
+    for route, pattern in _routes(get_resolver().url_patterns):
+        if route.startswith(API_PREFIX):
+            path = "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route.removeprefix(API_PREFIX))
+            names.setdefault(path, pattern.callback.__name__)
     return names
 
 

@@ -29,8 +29,10 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from contextlab.dashboard.review import review_context
 from contextlab.engine.errors import ContextLabError
 from contextlab.lib import payload_diff, summary_diff, textsafe
+from contextlab.lib.blocks import first_text
 from contextlab.lib.flow import build_flow
 from contextlab.sessions import services
 from contextlab.sessions.models import (
@@ -322,28 +324,6 @@ def usage_context(turn: Turn) -> dict[str, Any]:
 # -- message fate ---------------------------------------------------------------------------
 
 
-def first_text(blocks: Iterable[Mapping[str, Any]] | None) -> str:
-    """The readable text of stored content blocks (text, tool input, tool output)."""
-    parts: list[str] = []
-    for block in blocks or []:
-        kind = block.get("type")
-        if kind == "text":
-            parts.append(str(block.get("text", "")))
-        elif kind == "thinking":
-            parts.append(str(block.get("thinking", "")))
-        elif kind == "tool_use":
-            parts.append(f"→ {block.get('name', '')}("
-                         + str(block.get("raw_input") or json.dumps(block.get("input", {}), ensure_ascii=False))
-                         + ")")
-        elif kind == "tool_result":
-            output = block.get("output", "")
-            parts.append(output if isinstance(output, str) else "\n".join(
-                str(p.get("text", "")) for p in output if isinstance(p, dict) and p.get("type") == "text"))
-        else:
-            parts.append(f"[{kind}]")
-    return "\n".join(p for p in parts if p)
-
-
 def _reinjection_seqs(session: AgentSession, rows: list[SessionMessage]) -> dict[str, int]:
     """Seq of every message a re-injection event of ``rows`` names (one query, none when there is none)."""
     named = {str(e.get("message_id") or e.get("reinjected_from")) for row in rows for e in row.fate or []
@@ -456,8 +436,6 @@ def compaction_context(session: AgentSession, *, event: Mapping[str, Any] | None
     if event and runs and event.get("run_id") == (active or runs[0]).pk:
         progress = {k: event[k] for k in ("steps", "done", "total") if k in event}
     blocker = None if active else compaction_blocker(session)
-    from contextlab.dashboard.review import review_context  # it reads this module's helpers
-
     return {"runs": runs, "active_run": active, "run_progress": progress,
             "can_compact": active is None and blocker is None, "compact_blocker": blocker,
             **review_context(session)}

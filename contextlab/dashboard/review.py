@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from contextlab.dashboard.fragments import first_text
 from contextlab.dashboard.search import SearchResult
 from contextlab.dashboard.why import story_hit
 from contextlab.engine.staged import fingerprint
 from contextlab.lib import summary_diff, textsafe
+from contextlab.lib.blocks import first_text
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from contextlab.dashboard.fragments import first_text
+from contextlab.lib.blocks import first_text
 from contextlab.sessions.models import AgentSession, OffloadedFile, SessionMessage
 
 MAX_QUERY = 200

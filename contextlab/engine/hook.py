@@ -203,7 +203,7 @@ class ContextManager:
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.exact_counter: TokenCounter = TiktokenCounter(profile.tokenizer)
         self.estimator: TokenCounter = CopawEstimator(profile.estimate_divisor)
-        self.policy: Policy = build_policy(profile.policy)
+        self.policy: Policy[ContextManager] = build_policy(profile.policy)
         # The counter the policy decides with: exact, except CoPaw's estimate
         # for the copaw policy (so a replay sees the numbers CoPaw saw).
         self.counter = self.exact_counter if self.policy.exact_counts else self.estimator

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
 
 
-class ContextlabPolicy(Policy):
+class ContextlabPolicy(Policy["ContextManager"]):
     name = "contextlab"
     cuts_on_ingest = True
 

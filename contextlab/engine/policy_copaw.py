@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
 
 
-class CopawPolicy(Policy):
+class CopawPolicy(Policy["ContextManager"]):
     """CoPaw's hook, decisions and byte estimate included (its overshoot is flagged, not fixed)."""
 
     name = "copaw"

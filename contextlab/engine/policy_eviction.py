@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from contextlab.engine.hook import ContextManager
 
 
-class EvictionPolicy(Policy):
+class EvictionPolicy(Policy["ContextManager"]):
     """Automatic turns evict scored units; ``/compact`` summarises like the contextlab policy."""
 
     name = "eviction"

@@ -326,15 +326,6 @@ def search_workspace(workspace: str | Path, query: str, *, limit: int = 20) -> l
     return rank_documents(workspace_documents(workspace), query, limit=limit)
 
 
-def recall(workspace: str | Path, key: str) -> list[Message]:
-    """The original messages of an externalized unit (what a placeholder's ``recall`` names)."""
-    # Imported here: the store builds on this module's search helpers.
-    from contextlab.engine.eviction.store import ExternalStore
-
-    messages: list[Message] = ExternalStore(workspace).get(key)
-    return messages
-
-
 # -- recollection ----------------------------------------------------------------------------------
 
 RECOLLECTION_NAME = "recollection"

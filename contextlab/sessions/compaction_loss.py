@@ -8,20 +8,13 @@ compactor saw them, the version's text, and the offloaded outputs it names.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from contextlab.lib import compaction_loss
+from contextlab.lib.blocks import first_text
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion
 
 MESSAGE_CHARS = 200_000  # of one compacted message
 REFERENCE_BYTES = 4 * 1024 * 1024  # of referenced files read per version, together
-
-
-def _text(blocks: Any) -> str:
-    # Imported here: the dashboard's fragments import the services, which import this module.
-    from contextlab.dashboard.fragments import first_text
-
-    return first_text(blocks)
 
 
 def _references(session: AgentSession, summary: str) -> list[tuple[str, str]]:
@@ -50,7 +43,7 @@ def check_text(session: AgentSession, compacted_ids: list[str], summary: str) ->
     """What a summary (stored, or a dry run's draft) loses of the messages it compacts."""
     rows = {m.message_id: m for m in SessionMessage.objects.filter(session=session, message_id__in=compacted_ids)
             .order_by().only("message_id", "current_content", "seq", "session_id")}
-    compacted = [(mid, _text(rows[mid].current_content)[:MESSAGE_CHARS]) for mid in compacted_ids if mid in rows]
+    compacted = [(mid, first_text(rows[mid].current_content)[:MESSAGE_CHARS]) for mid in compacted_ids if mid in rows]
     return compaction_loss.lost_at_compaction(compacted, summary, _references(session, summary))
 
 

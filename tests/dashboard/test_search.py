@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contextlab.dashboard.fragments import first_text
 from contextlab.dashboard.search import search_session
+from contextlab.lib.blocks import first_text
 from contextlab.sessions.models import SessionMessage
 from tests.dashboard.conftest import work
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from contextlab.dashboard.fragments import first_text
+from contextlab.lib.blocks import first_text
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage, SummaryVersion, Turn
 from tests.conversations import answer, tool_turn

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlab.dashboard.fragments import first_text
+from contextlab.lib.blocks import first_text
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, OffloadedFile, SessionMessage
 from tests.conversations import answer, tool_turn

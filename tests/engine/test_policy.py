@@ -50,7 +50,7 @@ def test_it_refuses_an_unknown_policy_name() -> None:
         build_policy("no-such-policy")
 
 
-class CountingPolicy(Policy):
+class CountingPolicy(Policy[ContextManager]):
     """A policy of a few lines: it never compacts and counts its calls."""
 
     name = "contextlab"

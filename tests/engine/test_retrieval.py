@@ -6,11 +6,11 @@ from pathlib import Path
 
 from contextlab.engine.archive import DialogArchive
 from contextlab.engine.eviction import ExternalStore, build_units
+from contextlab.engine.eviction.store import recall
 from contextlab.engine.messages import Message, check_sequence
 from contextlab.engine.retrieval import (
     Bm25,
     Hit,
-    recall,
     recollection_message,
     search_workspace,
     term_counts,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contextlab.dashboard.fragments import first_text
 from contextlab.engine.errors import MalformedInput
+from contextlab.lib.blocks import first_text
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage, Turn
 from tests.dashboard.conftest import work

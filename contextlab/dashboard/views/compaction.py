@@ -23,6 +23,7 @@ from contextlab.dashboard import fragments
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
 from contextlab.engine.errors import ContextLabError
 from contextlab.lib import textsafe
+from contextlab.lib.blocks import first_text
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage
 
@@ -36,7 +37,7 @@ def _rows(session_id: UUID, ids: list[str]) -> list[dict[str, Any]]:
     for message_id in ids:
         message = found.get(message_id)
         rows.append({"message": message, "id": message_id,
-                     "excerpt": textsafe.excerpt(fragments.first_text(message.current_content), 140)
+                     "excerpt": textsafe.excerpt(first_text(message.current_content), 140)
                      if message else ""})
     return rows
 

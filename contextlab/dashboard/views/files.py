@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET
 from contextlab.dashboard import fragments, review
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
 from contextlab.lib import textsafe
+from contextlab.lib.blocks import first_text
 from contextlab.sessions.models import AgentSession, SessionMessage
 
 TEXT = "text/plain; charset=utf-8"
@@ -84,7 +85,7 @@ def _blocks(blocks: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         label = {"tool_use": f"tool call {block.get('name', '')}",
                  "tool_result": f"tool result {block.get('name', '')}" + (" (error)" if block.get("is_error") else ""),
                  }.get(kind, kind)
-        rows.append({"kind": kind, "label": label, "preview": textsafe.preview(fragments.first_text([block]),
+        rows.append({"kind": kind, "label": label, "preview": textsafe.preview(first_text([block]),
                                                                                head_lines=40, head_chars=6_000,
                                                                                max_chars=200_000)})
     return rows

@@ -13,9 +13,9 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from contextlab.dashboard.fragments import first_text
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
 from contextlab.lib import summary_diff
+from contextlab.lib.blocks import first_text
 from contextlab.sessions import compaction_loss
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion
 

@@ -92,3 +92,8 @@ class ExternalStore:
                 docs.append(Document("externalized", self.relative(key), str(data.get("id")),
                                      message_search_text(data)))
         return rank_documents(docs, query, limit=limit)
+
+
+def recall(workspace: str | Path, key: str) -> list[Message]:
+    """The original messages of an externalized unit (what a placeholder's ``recall`` names)."""
+    return ExternalStore(workspace).get(key)

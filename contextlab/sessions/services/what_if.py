@@ -32,6 +32,7 @@ from contextlab.engine.hook import ContextManager
 from contextlab.engine.messages import Message, block_from_dict, block_to_dict, utc_now_iso
 from contextlab.engine.whatif import ReplayedTurn, TurnInput, replay_by_turn
 from contextlab.lib import compaction_loss
+from contextlab.lib.blocks import first_text
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
     PROFILE_KNOBS,
@@ -53,13 +54,6 @@ PROGRESS_SECONDS = 0.5  # between two writes of the progress
 
 def max_turns() -> int:
     return int(settings.CONTEXTLAB_WHAT_IF_MAX_TURNS)
-
-
-def _text(blocks: Any) -> str:
-    # Imported here: the dashboard's fragments import the services.
-    from contextlab.dashboard.fragments import first_text
-
-    return first_text(blocks)
 
 
 def compactor_note(values: dict[str, Any]) -> str:
@@ -260,7 +254,7 @@ def _replayed_row(turn: ReplayedTurn) -> dict[str, Any]:
 
 
 def _compaction(turn: ReplayedTurn, manager: ContextManager, workspace: Path, seqs: dict[str, int]) -> dict[str, Any]:
-    compacted = [(m.id, _text([block_to_dict(b) for b in m.content])) for m in turn.compacted]
+    compacted = [(m.id, first_text([block_to_dict(b) for b in m.content])) for m in turn.compacted]
     loss = compaction_loss.lost_at_compaction(compacted, turn.summary,
                                               _references(workspace, manager, turn.summary))
     return {"turn": turn.number, "version": turn.summary_version, "lost_count": loss.count,
