@@ -441,13 +441,20 @@ class Observer:
         lead_index = 1 if len(messages) > 1 and messages[0].get("role") in ("system", "developer") else 0
         summary_message = None
         first_retained = retained_positions[0] if retained_positions else len(messages)
+        summary_index = lead_index
         if (dropped and lead_index < len(messages) and keys[lead_index] not in before
                 and lead_index < first_retained and lead_index < len(messages) - 1):
             summary_message = messages[lead_index]
         elif conversation.summary_key and conversation.summary_key in now_keys:
             summary_message = None  # the summary is still there, unchanged
+        elif dropped:
+            # Some agents (Codex) put the summary after the messages they keep: a new
+            # message holding the reply of one of the conversation's side calls is one.
+            found = self._side_reply_position(conversation, messages, keys, before)
+            if found is not None:
+                summary_index, summary_message = found, messages[found]
         new_positions = [i for i, k in enumerate(keys) if i > 0 and k not in before
-                         and (summary_message is None or i != lead_index)]
+                         and (summary_message is None or i != summary_index)]
         observation.appended = len(new_positions)
         conversation.turn += sum(1 for i in new_positions if messages[i].get("role") == "user")
         observation.turn = conversation.turn
@@ -457,7 +464,7 @@ class Observer:
             events.append(Event("messages_dropped", {
                 "count": len(dropped), "messages": [self._brief(before[k], k) for _, k in dropped]}))
         if summary_message is not None:
-            self._summary(conversation, summary_message, keys[lead_index], observation, dropped,
+            self._summary(conversation, summary_message, keys[summary_index], observation, dropped,
                           messages, keys, first_retained)
         elif dropped and conversation.summary_key and conversation.summary_key not in now_keys:
             events.append(Event("summary_erased", {"version": len(conversation.summaries),
@@ -469,6 +476,20 @@ class Observer:
             conversation.summary_key = ""
         if dropped:
             self._splits(messages, keys, retained_positions, before, dropped, events)
+
+    @staticmethod
+    def _side_reply_position(conversation: Conversation, messages: list[dict[str, Any]], keys: list[str],
+                             before: dict[str, dict[str, Any]]) -> int | None:
+        replies = [s.reply_text.strip() for s in conversation.side_calls if s.reply_text.strip()]
+        if not replies:
+            return None
+        for index, key in enumerate(keys):
+            if index == 0 or key in before or messages[index].get("role") == "tool":
+                continue
+            text = text_of(messages[index].get("content"))
+            if any(reply in text for reply in replies):
+                return index
+        return None
 
     def _summary(self, conversation: Conversation, message: dict[str, Any], key: str, observation: Observation,
                  dropped: list[tuple[int, str]], messages: list[dict[str, Any]], keys: list[str],
