@@ -321,7 +321,7 @@ def _responses_view(call: ObservedCall, body: dict[str, Any],
     items; the conversation before it is the chain the gateway saw go by."""
     meta: dict[str, Any] = {"protocol": "openai.responses", "response_id": call.response_id, "kind": call.kind}
     if call.kind.startswith("compaction"):
-        view = openai_responses.compaction_side_call(body)
+        view = openai_responses.compaction_side_call(body, remote=call.kind == "compaction.remote")
         view[VIEW_KEY] = meta
         return view, ""
     previous = body.get("previous_response_id")

@@ -347,11 +347,9 @@ def _gateway_user(request: HttpRequest) -> tuple[User | None, HttpResponse | Non
 
 def _websocket_refused() -> HttpResponse:
     # Codex first tries a WebSocket on GET /v1/responses; 426 tells it to use HTTP at once.
-    response = upstream.openai_error(426, "ContextLab's gateway speaks the Responses API over HTTP: "
+    return upstream.openai_error(426, "ContextLab's gateway speaks the Responses API over HTTP: "
                                           "POST /v1/responses (WebSocket is not supported)",
                                      code="websocket_not_supported")
-    response["Upgrade"] = "websocket"
-    return response
 
 
 @csrf_exempt

@@ -443,17 +443,22 @@ def reply_message(answer: Answer) -> dict[str, Any]:
     return message
 
 
-def compaction_side_call(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A local compaction request as what it is: the agent's context manager asking for a summary.
+REMOTE_COMPACTION_PROMPT = "[remote compaction: the provider summarises this conversation into an encrypted item]"
 
-    The checkpoint prompt is its system prompt, the conversation it summarises
-    its user message, so the inference takes it for a side call of the
-    conversation it quotes, never for a turn of it.
+
+def compaction_side_call(body: Mapping[str, Any], *, remote: bool = False) -> dict[str, Any]:
+    """A compaction request as what it is: the agent's context manager asking for a summary.
+
+    The checkpoint prompt (for a remote compaction, a note saying what it is)
+    is its system prompt, the conversation it summarises its user message, so
+    the inference takes it for a side call of the conversation it quotes,
+    never for a turn of it.
     """
     chat = to_chat(body)
     messages = chat["messages"]
-    last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
-    prompt = content_text(messages[last_user]["content"]) if last_user is not None else "compaction"
+    last_user = None if remote else next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    prompt = content_text(messages[last_user]["content"]) if last_user is not None else REMOTE_COMPACTION_PROMPT
     quoted = [m for i, m in enumerate(messages) if i != last_user and m.get("role") != "system"]
     transcript = "\n\n".join(f"{m.get('role')}: {content_text(m.get('content'))}" for m in quoted
                              if content_text(m.get("content")))
@@ -482,7 +487,10 @@ class Answer:
         """The reply as a chat message's text and tool calls."""
         message = next((m for m in chat_messages(self.output) if m.get("role") == "assistant"), None)
         if message is None:
-            return "", []
+            # A remote compaction answers with its encrypted summary alone: the reply is that
+            # summary as the next request's message view shows it, so the two are linked.
+            summaries = self.compaction_items()
+            return (opaque_summary_text(summaries[-1]) if summaries else ""), []
         return content_text(message.get("content")), list(message.get("tool_calls") or [])
 
     def compaction_items(self) -> list[dict[str, Any]]:
