@@ -724,6 +724,10 @@ def observed_trace(observation: Observation, request: RecordedRequest, turn: int
     if other:
         steps.append(_step("observed_changes", "warning", ", ".join(e.kind.replace("_", " ") for e in other),
                            reasons=[_describe(e) for e in other]))
+    thrash = _thrash(conversation, observation)
+    if thrash:
+        losses.append(flaw("compaction_thrash", f"requests {', '.join(map(str, thrash))}: a compaction before "
+                                                f"each of the last {len(thrash)} requests"))
     for event in by_kind.get("turn_split", []):
         losses.append(flaw("turn_split", f"request {request.seq}: {_describe(event)}"))
     for event in by_kind.get("tool_pair_split", []):
@@ -751,6 +755,25 @@ def observed_trace(observation: Observation, request: RecordedRequest, turn: int
                                "tool_results": tokens["tool_results"], "total": tokens["total"]}},
         "error": None, "observed": {"request": request.seq, "events": [e.to_dict() for e in observation.events]},
     }
+
+
+# Compactions before this many agent requests in a row are thrash: the agent compacts
+# again at once (Codex does when the usage it is told stays over its limit).
+THRASH_RUN = 2
+
+
+def _thrash(conversation: Conversation, observation: Observation) -> list[int]:
+    """The requests of the run of compactions this one extends, when it is long enough; else []."""
+    if observation.compaction is None:
+        return []
+    run = [observation.seq]
+    for earlier in reversed(conversation.observations):
+        if earlier.side_call:
+            continue  # the compactor's own calls sit between the requests
+        if earlier.compaction is None:
+            break
+        run.insert(0, earlier.seq)
+    return run if len(run) >= THRASH_RUN else []
 
 
 def _describe(event: Event) -> str:
