@@ -81,6 +81,8 @@ name = "ContextLab"
 base_url = "{base_url}"
 env_key = "CONTEXTLAB_TOKEN"
 wire_api = "responses"
+# Codex then first tries a WebSocket on GET /v1/responses: the gateway's 426 sends it to HTTP.
+supports_websockets = true
 request_max_retries = 0
 stream_max_retries = 0
 """, encoding="utf-8")
