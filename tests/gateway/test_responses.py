@@ -7,6 +7,7 @@ Responses API's shapes and streams its events one by one.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx2
@@ -28,6 +29,7 @@ from tests.gateway.responses_upstream import (
     scripted,
     text,
 )
+from tests.gateway.servers import gateway_under_daphne
 
 
 @pytest.fixture
@@ -281,3 +283,21 @@ def test_it_says_so_when_the_provider_holds_the_earlier_context(client, response
     assert not exchange.managed
     assert "the provider holds the conversation before it" in exchange.error
     assert responses_upstream.posts[0].body["previous_response_id"] == "resp_earlier"
+
+
+def test_it_relays_each_event_as_it_comes_under_daphne(tmp_path, responses_upstream):
+    """Under ASGI, as deployed: events 0.3 s apart reach the client spread the same way, not all at the end."""
+
+    responses_upstream.responder = scripted(Reply([text("one two three four five six")], pause=0.3))
+    with gateway_under_daphne(tmp_path / "asgi", responses_upstream.base_url,
+                              knobs={"max_input_length": 100_000}) as gateway:
+        client = OpenAI(base_url=gateway.url, api_key=gateway.token, max_retries=0, timeout=30)
+        arrivals = []
+        with client.responses.stream(model="gpt-5", instructions="Count.", input="Count to six.") as stream:
+            for event in stream:
+                if event.type == "response.output_text.delta":
+                    arrivals.append(time.perf_counter())
+            assert stream.get_final_response().output_text == "one two three four five six"
+    assert len(arrivals) == 6 and arrivals[-1] - arrivals[0] > 1.0
+    assert responses_upstream.posts[0].body["input"] == [{"type": "message", "role": "user",
+                                                         "content": "Count to six."}]
