@@ -208,6 +208,7 @@ class Conversation:
     side_calls: list[SideCall] = field(default_factory=list)
     requests: list[int] = field(default_factory=list)
     last_reply: dict[str, Any] | None = None
+    last_calls: dict[str, Any] | None = None  # the previous reply when it called tools
     turn: int = 0  # user messages seen so far, summaries excluded
     tool_sizes: dict[str, list[tuple[int, int, bool]]] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)
@@ -375,6 +376,8 @@ class Observer:
         conversation.keys = keys
         conversation.last_reply = ({"role": "assistant", "content": request.reply_text}
                                    if request.reply_text and not request.reply_tool_calls else None)
+        conversation.last_calls = ({"role": "assistant", "content": request.reply_text or None,
+                                    "tool_calls": request.reply_tool_calls} if request.reply_tool_calls else None)
         conversation.requests.append(request.seq)
         conversation.observations.append(observation)
         return observation
@@ -415,7 +418,14 @@ class Observer:
         dropped = [(i, k) for i, k in enumerate(conversation.keys)
                    if i > 0 and k not in now_keys and k != conversation.summary_key]
         reply = conversation.last_reply
-        if dropped and reply is not None:
+        called = conversation.last_calls
+        if not dropped and called is not None and message_keys([called])[0] not in now_keys and \
+                self._side_reply_position(conversation, messages, keys, before) is not None:
+            # Nothing else left, but the tool calls of the previous reply never came
+            # back and a summary did: the agent compacted them away before its next
+            # request (Codex does when the reply's usage passes its limit).
+            reply = called
+        if (dropped or reply is called) and reply is not None:
             # The previous reply was never sent back: it went into the agent's
             # memory and out again in the same compaction.
             reply_key = message_keys([reply])[0]

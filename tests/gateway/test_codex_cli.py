@@ -195,3 +195,34 @@ def test_it_manages_the_real_codex_cli(gateway_url, alice_token, codex_profile):
     roles = list(first.messages.order_by("seq").values_list("role", flat=True))
     assert roles[:3] == ["user", "user", "assistant"]
     assert "alpha-7" in json.dumps([m.content for m in first.messages.all()])
+
+
+def test_it_flags_codex_compacting_before_every_request(gateway_url, alice_token, codex_profile):
+    """Every answer reports usage over Codex's limit: it compacts before each of its next requests."""
+    commands = iter(["cat notes.txt", "ls", "wc -l notes.txt"])
+
+    def thrashing(request: Request) -> Reply:
+        if request.body.get("tools") == []:
+            return Reply([text(f"{SUMMARY} Step {len(upstream.posts)}.")], input_tokens=900)
+        command = next(commands, None)
+        if command is None:
+            return Reply([text("notes.txt says alpha-7.")], input_tokens=800)
+        return Reply([function_call("exec_command", {"cmd": command})], input_tokens=COMPACT_LIMIT * 3)
+
+    with ResponsesUpstream(thrashing) as upstream:
+        UpstreamProvider.objects.create(profile=codex_profile, base_url=upstream.base_url, timeout=60,
+                                        mode=UpstreamProvider.Mode.OBSERVE,
+                                        api_key=providers.encrypt_secret("sk-upstream"))
+        folder = Path(tempfile.mkdtemp(prefix="codex-"))
+        workdir = folder / "work"
+        workdir.mkdir()
+        (workdir / "notes.txt").write_text("alpha-7\n", encoding="utf-8")
+        run = _run_codex(workdir, _codex_home(folder, gateway_url), alice_token, "What does notes.txt say?")
+    assert run.returncode == 0, run.stderr[-3000:]
+    calls = list(ObservedCall.objects.order_by("pk"))
+    assert [c.kind for c in calls].count("compaction.local") == 3
+    session = AgentSession.objects.get(source__format="observed")
+    losses = [loss for turn in session.turns.order_by("number") for loss in turn.trace["copaw_losses"]]
+    thrash = [loss for loss in losses if loss["name"] == "compaction_thrash"]
+    assert thrash, losses
+    assert "a compaction before each of the last 3 requests" in thrash[-1]["detail"]
