@@ -141,6 +141,7 @@ def test_it_reads_a_stream_to_its_terminal_event():
     _event("response.incomplete", response={"id": "r", "status": "incomplete",
                                             "incomplete_details": {"reason": "max_output_tokens"}}),
     _event("error", code="server_error", message="boom"),
+    _event("error", error={"type": "server_error", "code": "server_error", "message": "boom"}),
 ])
 def test_it_tells_a_failed_stream_from_a_finished_one(last):
     reader = proto.StreamReader()

@@ -301,3 +301,16 @@ def test_it_relays_each_event_as_it_comes_under_daphne(tmp_path, responses_upstr
     assert len(arrivals) == 6 and arrivals[-1] - arrivals[0] > 1.0
     assert responses_upstream.posts[0].body["input"] == [{"type": "message", "role": "user",
                                                          "content": "Count to six."}]
+
+
+def test_it_ends_a_managed_stream_cut_midway_with_an_error_event(client, responses_upstream, big_profile):
+    _route(big_profile, responses_upstream, UpstreamProvider.Mode.MANAGE)
+    responses_upstream.responder = scripted(Reply([text("this answer never ends well")], break_after=4))
+    with pytest.raises(openai.APIError, match="stream"), \
+            client.responses.stream(model="gpt-5", instructions="Be brief.", input="Tell me a story.") as stream:
+        for _ in stream:
+            pass
+    exchange = GatewayExchange.objects.get()
+    assert exchange.error_stage == "upstream" and "stream" in exchange.error
+    # Nothing the failed call brought joined a session: the agent's retry starts from the same state.
+    assert exchange.session is None and not AgentSession.objects.exists()

@@ -61,8 +61,12 @@ def error_body(message: str, *, type: str = "invalid_request_error", code: str |
 
 
 def error_event(message: str, *, code: str, sequence_number: int = 0) -> bytes:
-    """The ``error`` event a stream ends with when it cannot go on (the SDKs raise on it)."""
-    event = {"type": "error", "code": code, "message": message, "param": None, "sequence_number": sequence_number}
+    """The ``error`` event a stream ends with when it cannot go on.
+
+    Both shapes the API has used: ``code``/``message`` at the top, and an
+    ``error`` object, which is what the openai SDKs raise on."""
+    event = {"type": "error", "code": code, "message": message, "param": None, "sequence_number": sequence_number,
+             "error": {"type": "server_error", "code": code, "message": message, "param": None}}
     return b"event: error\ndata: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
 
 
@@ -563,8 +567,10 @@ class StreamReader:
                 self.answer.output = [self._items[i] for i in sorted(self._items)]
             self.finished = True
         elif kind == "error":
+            nested = event.get("error") if isinstance(event.get("error"), dict) else {}
             self.answer.status = "failed"
-            self.answer.error = str(event.get("message") or event.get("code") or "the provider sent an error event")
+            self.answer.error = str(event.get("message") or nested.get("message") or event.get("code")
+                                    or nested.get("code") or "the provider sent an error event")
             self.finished = True
 
     @property
