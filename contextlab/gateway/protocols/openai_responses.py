@@ -567,7 +567,8 @@ class StreamReader:
                 self.answer.output = [self._items[i] for i in sorted(self._items)]
             self.finished = True
         elif kind == "error":
-            nested = event.get("error") if isinstance(event.get("error"), dict) else {}
+            error = event.get("error")
+            nested: dict[str, Any] = error if isinstance(error, dict) else {}
             self.answer.status = "failed"
             self.answer.error = str(event.get("message") or nested.get("message") or event.get("code")
                                     or nested.get("code") or "the provider sent an error event")
