@@ -319,7 +319,8 @@ def _responses_view(call: ObservedCall, body: dict[str, Any],
     side call, under no key, which the inference attaches to the conversation it
     quotes. A call continuing ``previous_response_id`` carries only its new
     items; the conversation before it is the chain the gateway saw go by."""
-    meta: dict[str, Any] = {"protocol": "openai.responses", "response_id": call.response_id, "kind": call.kind}
+    meta: dict[str, Any] = {"protocol": "openai.responses", "response_id": call.response_id, "kind": call.kind,
+                            "opening": openai_responses.opening_request(openai_responses.items_of(body))[:400]}
     if call.kind.startswith("compaction"):
         view = openai_responses.compaction_side_call(body, remote=call.kind == "compaction.remote")
         view[VIEW_KEY] = meta
@@ -579,6 +580,10 @@ def _session_for(call: ObservedCall, conversation_id: str, first: RecordedReques
     content = opening.get("content")
     text = content if isinstance(content, str) else " ".join(
         str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    meta = first.body.get(VIEW_KEY)
+    if isinstance(meta, dict) and meta.get("opening"):
+        # Another protocol's adapter knows the user's first words better (past an agent's harness context).
+        text = str(meta["opening"])
     profile = call.profile
     return AgentSession.objects.create(
         owner_id=call.owner_id, profile=profile, title=" ".join(text.split())[:TITLE_CHARS] or "Observed agent",

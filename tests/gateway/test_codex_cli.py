@@ -151,6 +151,7 @@ def test_it_observes_the_real_codex_cli(gateway_url, alice_token, codex_profile)
     sessions = list(AgentSession.objects.filter(source__format="observed"))
     assert len(sessions) == 1, [s.title for s in sessions]
     session = sessions[0]
+    assert session.title == "What does notes.txt say?"  # the user's words, not Codex's environment context
     assert {c.session_id for c in calls} == {session.pk}
     compactor = next(c for c in calls if c.kind == "compaction.local")
     assert compactor.side_call

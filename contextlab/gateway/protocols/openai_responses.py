@@ -149,6 +149,20 @@ def conversation_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str
     return ""
 
 
+# Codex's harness puts its context in user messages of their own, before the user's words.
+_HARNESS_OPENINGS = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<skills_instructions>")
+
+
+def opening_request(items: Iterable[Mapping[str, Any]]) -> str:
+    """The user's first words: the first user message that is not the agent harness's context."""
+    for item in items:
+        if item_type(item) == "message" and item.get("role") == "user":
+            text = content_text(item.get("content")).strip()
+            if text and not text.startswith(_HARNESS_OPENINGS):
+                return text
+    return ""
+
+
 # -- items as chat messages ---------------------------------------------------------------
 
 
