@@ -53,7 +53,7 @@ def _unmanaged_reason(body: dict[str, Any], kind: str, wire: observe.Wire) -> st
 
 
 def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
-         body: dict[str, Any], session_header: str, wire: observe.Wire, kind: str,
+         body: dict[str, Any], session_header: str, wire: observe.Wire, kind: str, retry: bool,
          for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]]) -> HttpResponseBase:
     view = openai_responses.manage_view(body)
     reason = _unmanaged_reason(body, kind, wire)
@@ -65,8 +65,7 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
         exchange.notes.append(reason)
     else:
         exchange = services.exchange_prepare(owner=owner, profile=profile, provider=provider, body=view.chat,
-                                             session_header=session_header,
-                                             retry=request.headers.get("X-Stainless-Retry-Count", "0") not in ("", "0"))
+                                             session_header=session_header, retry=retry)
         exchange.endpoint = wire.endpoint
         if exchange.identity == "forked":
             _after_compaction(exchange)

@@ -392,4 +392,4 @@ def _responses_call(request: HttpRequest, wire: observe.Wire) -> HttpResponseBas
                                wire=wire, kind=kind if kind != "turn" else "")
     return responses_managed.call(request, owner=user, profile=profile, provider=provider, api_key=api_key,
                                   body=body, session_header=session_header, wire=wire, kind=kind,
-                                  for_server=lambda it: _for_server(request, it))
+                                  retry=_is_retry(request), for_server=lambda it: _for_server(request, it))
