@@ -299,3 +299,21 @@ def test_it_finds_a_summary_the_agent_put_after_the_messages_it_kept():
     assert after.compaction is not None and after.compaction["compactor_seq"] == 2
     assert after.compaction["dropped"] == 2
     assert [e.kind for e in after.events if e.kind.startswith("summary")] == ["summary_inserted"]
+
+
+def test_it_counts_a_tool_call_compacted_away_before_it_came_back():
+    """Codex compacts between a reply that calls a tool and the request that would carry the call."""
+    system = {"role": "system", "content": "You are a coding agent working in a terminal."}
+    ask = {"role": "user", "content": "What does notes.txt say? Read it with cat please."}
+    calls = [{"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{\"cmd\": \"cat notes.txt\"}"}}]
+    observer = Observer(counter=TiktokenCounter())
+    observer.observe(RecordedRequest(seq=1, body={"messages": [system, ask]}, reply_tool_calls=calls))
+    summary = "SUMMARY: the user wants notes.txt read; cat was called."
+    observer.observe(RecordedRequest(seq=2, reply_text=summary, body={"messages": [
+        {"role": "system", "content": "You are performing a CONTEXT CHECKPOINT COMPACTION."},
+        {"role": "user", "content": "user: What does notes.txt say? Read it with cat please."}]}))
+    after = observer.observe(RecordedRequest(seq=3, body={"messages": [
+        system, ask, {"role": "user", "content": f"Another language model produced a summary:\n{summary}"}]}))
+    assert after.compaction is not None and after.compaction["dropped"] == 1
+    dropped = next(e for e in after.events if e.kind == "messages_dropped")
+    assert [m["key"] for m in dropped.detail["messages"]] == ["call:c1"]
