@@ -85,6 +85,8 @@ wire_api = "responses"
 supports_websockets = true
 request_max_retries = 0
 stream_max_retries = 0
+# The user has several routed profiles: this one names Codex's.
+http_headers = {{ "X-ContextLab-Profile" = "codex" }}
 """, encoding="utf-8")
     return home
 
@@ -98,6 +100,9 @@ def _run_codex(workdir: Path, home: Path, token: str, *args: str) -> subprocess.
 
 @pytest.fixture
 def codex_profile(alice) -> AgentProfile:
+    # Another routed profile: without the profile header Codex's calls would be refused as ambiguous.
+    other = services.profile_create(owner=alice, name="other", knobs={})
+    UpstreamProvider.objects.create(profile=other, base_url="http://127.0.0.1:9/v1", timeout=5)
     # Codex's own instructions are about 10,000 tokens: a window that holds them.
     return services.profile_create(owner=alice, name="codex", knobs={"max_input_length": 200_000})
 
