@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +107,9 @@ def codex_profile(alice) -> AgentProfile:
 
 
 def _session(upstream: ResponsesUpstream, gateway_url: str, alice_token: str, profile: AgentProfile,
-             mode: str) -> tuple[list[subprocess.CompletedProcess[str]], Path]:
+             mode: str, folder: Path) -> tuple[list[subprocess.CompletedProcess[str]], Path]:
     UpstreamProvider.objects.create(profile=profile, base_url=upstream.base_url, mode=mode, timeout=60,
                                     api_key=providers.encrypt_secret("sk-upstream"))
-    folder = Path(tempfile.mkdtemp(prefix="codex-"))
     workdir = folder / "work"
     workdir.mkdir()
     (workdir / "notes.txt").write_text("alpha-7\n", encoding="utf-8")
@@ -141,9 +139,10 @@ def _assert_codex_ran(runs: list[subprocess.CompletedProcess[str]], upstream: Re
     assert not any(i.get("type") == "function_call" and "cat notes.txt" in i.get("arguments", "") for i in after)
 
 
-def test_it_observes_the_real_codex_cli(gateway_url, alice_token, codex_profile):
+def test_it_observes_the_real_codex_cli(gateway_url, alice_token, codex_profile, tmp_path):
     with ResponsesUpstream(brain) as upstream:
-        runs, _ = _session(upstream, gateway_url, alice_token, codex_profile, UpstreamProvider.Mode.OBSERVE)
+        runs, _ = _session(upstream, gateway_url, alice_token, codex_profile, UpstreamProvider.Mode.OBSERVE,
+                           tmp_path)
         _assert_codex_ran(runs, upstream)
         calls = list(ObservedCall.objects.order_by("pk"))
     assert len(calls) == len(upstream.posts)
@@ -175,9 +174,10 @@ def test_it_observes_the_real_codex_cli(gateway_url, alice_token, codex_profile)
     assert steps["summary"]["details"]["compactor"] == f"side call, request {compactor_seq}"
 
 
-def test_it_manages_the_real_codex_cli(gateway_url, alice_token, codex_profile):
+def test_it_manages_the_real_codex_cli(gateway_url, alice_token, codex_profile, tmp_path):
     with ResponsesUpstream(brain) as upstream:
-        runs, _ = _session(upstream, gateway_url, alice_token, codex_profile, UpstreamProvider.Mode.MANAGE)
+        runs, _ = _session(upstream, gateway_url, alice_token, codex_profile, UpstreamProvider.Mode.MANAGE,
+                           tmp_path)
         _assert_codex_ran(runs, upstream)
     exchanges = list(GatewayExchange.objects.order_by("created"))
     assert len(exchanges) == len(upstream.posts)
@@ -203,7 +203,7 @@ def test_it_manages_the_real_codex_cli(gateway_url, alice_token, codex_profile):
     assert "alpha-7" in json.dumps([m.content for m in first.messages.all()])
 
 
-def test_it_flags_codex_compacting_before_every_request(gateway_url, alice_token, codex_profile):
+def test_it_flags_codex_compacting_before_every_request(gateway_url, alice_token, codex_profile, tmp_path):
     """Every answer reports usage over Codex's limit: it compacts before each of its next requests."""
     commands = iter(["cat notes.txt", "ls", "wc -l notes.txt"])
 
@@ -219,7 +219,7 @@ def test_it_flags_codex_compacting_before_every_request(gateway_url, alice_token
         UpstreamProvider.objects.create(profile=codex_profile, base_url=upstream.base_url, timeout=60,
                                         mode=UpstreamProvider.Mode.OBSERVE,
                                         api_key=providers.encrypt_secret("sk-upstream"))
-        folder = Path(tempfile.mkdtemp(prefix="codex-"))
+        folder = tmp_path
         workdir = folder / "work"
         workdir.mkdir()
         (workdir / "notes.txt").write_text("alpha-7\n", encoding="utf-8")
