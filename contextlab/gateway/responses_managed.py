@@ -26,10 +26,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 
 from contextlab import telemetry
 from contextlab.gateway import observe, services, upstream
-from contextlab.gateway.models import GatewayExchange, UpstreamProvider
+from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamProvider
 from contextlab.gateway.protocols import openai_responses
 from contextlab.gateway.services import SESSION_HEADER, Exchange
-from contextlab.sessions.models import AgentProfile
+from contextlab.sessions.models import AgentProfile, AgentSession
 
 REMOTE_COMPACTION = ("the agent asked the provider to compact its conversation (remote compaction): "
                      "forwarded as it came")
@@ -63,6 +63,8 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
                             stream=body.get("stream") is True, model=str(body.get("model") or "")[:200],
                             endpoint=wire.endpoint)
         exchange.notes.append(reason)
+        # The session the agent names, when the gateway has one: the row (and its reason) shows there.
+        exchange.session = _named_session(owner, profile, session_header)
     else:
         exchange = services.exchange_prepare(owner=owner, profile=profile, provider=provider, body=view.chat,
                                              session_header=session_header, retry=retry)
@@ -110,6 +112,14 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
     response = upstream.passthrough(answer, content)
     _context_headers(response, exchange)
     return response
+
+
+def _named_session(owner: User, profile: AgentProfile, key: str) -> AgentSession | None:
+    if not key:
+        return None
+    row = (GatewaySession.objects.filter(owner=owner, key=key, session__profile=profile)
+           .select_related("session").defer("session__engine_state").order_by("-updated").first())
+    return row.session if row is not None else None
 
 
 def _after_compaction(exchange: Exchange) -> None:

@@ -191,6 +191,8 @@ def test_it_manages_the_real_codex_cli(gateway_url, alice_token, codex_profile, 
         (True, "new"), (True, "continued"), (False, ""), (True, "forked"), (True, "continued")]
     first, second = exchanges[0].session, exchanges[3].session
     assert exchanges[1].session == first and exchanges[4].session == second and first != second
+    # Codex's compaction request is shown in the session it compacted (named by Codex's thread).
+    assert exchanges[2].session == first
     assert second.gateway.forked_from == first
     assert "compacted its own context just before this request (local compaction)" in exchanges[3].error
     assert first.turns_count == 2 and second.turns_count == 2

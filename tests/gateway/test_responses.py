@@ -278,11 +278,18 @@ def test_it_continues_a_managed_session_and_answers_errors_in_openais_shape(clie
 
 def test_it_says_so_when_the_provider_holds_the_earlier_context(client, responses_upstream, big_profile):
     _route(big_profile, responses_upstream, UpstreamProvider.Mode.MANAGE)
-    client.responses.create(model="gpt-5", previous_response_id="resp_earlier", input="go on")
-    exchange = GatewayExchange.objects.get()
-    assert not exchange.managed
-    assert "the provider holds the conversation before it" in exchange.error
-    assert responses_upstream.posts[0].body["previous_response_id"] == "resp_earlier"
+    first = client.responses.create(model="gpt-5", prompt_cache_key="task-7", instructions="Be brief.",
+                                    input="Start the migration of the billing tables.")
+    client.responses.create(model="gpt-5", prompt_cache_key="task-7", previous_response_id=first.id,
+                            input="go on")
+    client.responses.create(model="gpt-5", previous_response_id="resp_elsewhere", input="and then?")
+    started, continued, elsewhere = GatewayExchange.objects.order_by("created")
+    assert started.managed and not continued.managed and not elsewhere.managed
+    assert "the provider holds the conversation before it" in continued.error
+    assert responses_upstream.posts[1].body["previous_response_id"] == first.id
+    # The session the agent named by its key shows the call and why it was not managed.
+    assert continued.session == started.session and continued.turn_number is None
+    assert elsewhere.session is None
 
 
 def test_it_relays_each_event_as_it_comes_under_daphne(tmp_path, responses_upstream):
