@@ -208,6 +208,7 @@ class Conversation:
     side_calls: list[SideCall] = field(default_factory=list)
     requests: list[int] = field(default_factory=list)
     last_reply: dict[str, Any] | None = None
+    last_calls: dict[str, Any] | None = None  # the previous reply when it called tools
     turn: int = 0  # user messages seen so far, summaries excluded
     tool_sizes: dict[str, list[tuple[int, int, bool]]] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)
@@ -375,6 +376,8 @@ class Observer:
         conversation.keys = keys
         conversation.last_reply = ({"role": "assistant", "content": request.reply_text}
                                    if request.reply_text and not request.reply_tool_calls else None)
+        conversation.last_calls = ({"role": "assistant", "content": request.reply_text or None,
+                                    "tool_calls": request.reply_tool_calls} if request.reply_tool_calls else None)
         conversation.requests.append(request.seq)
         conversation.observations.append(observation)
         return observation
@@ -415,7 +418,14 @@ class Observer:
         dropped = [(i, k) for i, k in enumerate(conversation.keys)
                    if i > 0 and k not in now_keys and k != conversation.summary_key]
         reply = conversation.last_reply
-        if dropped and reply is not None:
+        called = conversation.last_calls
+        if not dropped and called is not None and message_keys([called])[0] not in now_keys and \
+                self._side_reply_position(conversation, messages, keys, before) is not None:
+            # Nothing else left, but the tool calls of the previous reply never came
+            # back and a summary did: the agent compacted them away before its next
+            # request (Codex does when the reply's usage passes its limit).
+            reply = called
+        if (dropped or reply is called) and reply is not None:
             # The previous reply was never sent back: it went into the agent's
             # memory and out again in the same compaction.
             reply_key = message_keys([reply])[0]
@@ -441,13 +451,20 @@ class Observer:
         lead_index = 1 if len(messages) > 1 and messages[0].get("role") in ("system", "developer") else 0
         summary_message = None
         first_retained = retained_positions[0] if retained_positions else len(messages)
+        summary_index = lead_index
         if (dropped and lead_index < len(messages) and keys[lead_index] not in before
                 and lead_index < first_retained and lead_index < len(messages) - 1):
             summary_message = messages[lead_index]
         elif conversation.summary_key and conversation.summary_key in now_keys:
             summary_message = None  # the summary is still there, unchanged
+        elif dropped:
+            # Some agents (Codex) put the summary after the messages they keep: a new
+            # message holding the reply of one of the conversation's side calls is one.
+            found = self._side_reply_position(conversation, messages, keys, before)
+            if found is not None:
+                summary_index, summary_message = found, messages[found]
         new_positions = [i for i, k in enumerate(keys) if i > 0 and k not in before
-                         and (summary_message is None or i != lead_index)]
+                         and (summary_message is None or i != summary_index)]
         observation.appended = len(new_positions)
         conversation.turn += sum(1 for i in new_positions if messages[i].get("role") == "user")
         observation.turn = conversation.turn
@@ -457,7 +474,7 @@ class Observer:
             events.append(Event("messages_dropped", {
                 "count": len(dropped), "messages": [self._brief(before[k], k) for _, k in dropped]}))
         if summary_message is not None:
-            self._summary(conversation, summary_message, keys[lead_index], observation, dropped,
+            self._summary(conversation, summary_message, keys[summary_index], observation, dropped,
                           messages, keys, first_retained)
         elif dropped and conversation.summary_key and conversation.summary_key not in now_keys:
             events.append(Event("summary_erased", {"version": len(conversation.summaries),
@@ -469,6 +486,20 @@ class Observer:
             conversation.summary_key = ""
         if dropped:
             self._splits(messages, keys, retained_positions, before, dropped, events)
+
+    @staticmethod
+    def _side_reply_position(conversation: Conversation, messages: list[dict[str, Any]], keys: list[str],
+                             before: dict[str, dict[str, Any]]) -> int | None:
+        replies = [s.reply_text.strip() for s in conversation.side_calls if s.reply_text.strip()]
+        if not replies:
+            return None
+        for index, key in enumerate(keys):
+            if index == 0 or key in before or messages[index].get("role") == "tool":
+                continue
+            text = text_of(messages[index].get("content"))
+            if any(reply in text for reply in replies):
+                return index
+        return None
 
     def _summary(self, conversation: Conversation, message: dict[str, Any], key: str, observation: Observation,
                  dropped: list[tuple[int, str]], messages: list[dict[str, Any]], keys: list[str],
@@ -703,6 +734,10 @@ def observed_trace(observation: Observation, request: RecordedRequest, turn: int
     if other:
         steps.append(_step("observed_changes", "warning", ", ".join(e.kind.replace("_", " ") for e in other),
                            reasons=[_describe(e) for e in other]))
+    thrash = _thrash(conversation, observation)
+    if thrash:
+        losses.append(flaw("compaction_thrash", f"requests {', '.join(map(str, thrash))}: a compaction before "
+                                                f"each of the last {len(thrash)} requests"))
     for event in by_kind.get("turn_split", []):
         losses.append(flaw("turn_split", f"request {request.seq}: {_describe(event)}"))
     for event in by_kind.get("tool_pair_split", []):
@@ -730,6 +765,25 @@ def observed_trace(observation: Observation, request: RecordedRequest, turn: int
                                "tool_results": tokens["tool_results"], "total": tokens["total"]}},
         "error": None, "observed": {"request": request.seq, "events": [e.to_dict() for e in observation.events]},
     }
+
+
+# Compactions before this many agent requests in a row are thrash: the agent compacts
+# again at once (Codex does when the usage it is told stays over its limit).
+THRASH_RUN = 2
+
+
+def _thrash(conversation: Conversation, observation: Observation) -> list[int]:
+    """The requests of the run of compactions this one extends, when it is long enough; else []."""
+    if observation.compaction is None:
+        return []
+    run = [observation.seq]
+    for earlier in reversed(conversation.observations):
+        if earlier.side_call:
+            continue  # the compactor's own calls sit between the requests
+        if earlier.compaction is None:
+            break
+        run.insert(0, earlier.seq)
+    return run if len(run) >= THRASH_RUN else []
 
 
 def _describe(event: Event) -> str:

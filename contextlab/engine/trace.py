@@ -82,6 +82,8 @@ FLAWS: dict[str, str] = {
     "weak_validity_check": "CoPaw accepts any reply containing '##' as a valid summary",
     "gate_disables_compaction": "CoPaw silently never compacts while system prompt + summary leave no room above the reserve",
     "local_time_dates": "CoPaw dates archive files by the process's local time",
+    "compaction_thrash": "The agent compacts again on (almost) every request: its reported usage stays over its "
+                         "limit after each compaction, and every summary call is paid for",
 }
 
 

@@ -225,6 +225,12 @@ class ObservedCall(models.Model):
     # "<trace id>/<span id>" of a call received as an OpenTelemetry span: an exporter
     # sends a batch again when its answer was lost, and the span is recorded once.
     span = models.CharField(max_length=100, blank=True)
+    # The wire protocol the call came in ("chat.completions", "responses", ...): how ``body`` reads.
+    endpoint = models.CharField(max_length=32, default="chat.completions")
+    # The provider's id of the answer (Responses API), which a later call's previous_response_id names.
+    response_id = models.CharField(max_length=200, blank=True)
+    # What the agent said the call was for, beside a turn: "compaction.local", "compaction.remote", "prewarm".
+    kind = models.CharField(max_length=32, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:

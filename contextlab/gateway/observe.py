@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2
 from django.contrib.auth.models import User
@@ -36,6 +36,7 @@ from contextlab import telemetry
 from contextlab.engine.observe import Observer, RecordedRequest
 from contextlab.gateway import sse, upstream
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
+from contextlab.gateway.protocols import openai_responses
 from contextlab.sessions.models import AgentProfile, AgentSession
 from contextlab.sessions.services.observed import Parsed, observe, observed_session_write
 
@@ -49,35 +50,139 @@ def is_observed(provider: UpstreamProvider) -> bool:
 
 
 def _post_raw(provider: UpstreamProvider, api_key: str, data: bytes, *, stream: bool,
-              trace_headers: dict[str, str]) -> httpx2.Response:
+              trace_headers: dict[str, str], path: str = "chat/completions") -> httpx2.Response:
     http = upstream.client()
-    request = http.build_request("POST", provider.chat_url, content=data,
+    request = http.build_request("POST", provider.url(path), content=data,
                                  headers={**upstream._headers(provider, api_key, stream=stream), **trace_headers},
                                  timeout=upstream._timeout(provider))
     return http.send(request, stream=stream)
 
 
+class StreamReader(Protocol):
+    """Reads a relayed stream's data payloads; ``finished`` once the terminal event was read."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    def feed(self, payload: bytes) -> None: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    def apply(self, call: ObservedCall) -> None:
+        """Set the call's reply and usage from what was read (only called when complete)."""
+
+
+class _ChatStream:
+    def __init__(self) -> None:
+        self.builder = sse.ReplyBuilder()
+        self.finished = False
+
+    def feed(self, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            self.finished = True
+            return
+        try:
+            self.builder.add(json.loads(payload))
+        except ValueError:
+            return
+
+    @property
+    def complete(self) -> bool:
+        return self.builder.complete
+
+    def apply(self, call: ObservedCall) -> None:
+        _set_reply(call, self.builder.message())
+        call.usage = self.builder.usage
+
+
+class _ResponsesStream:
+    def __init__(self) -> None:
+        self.reader = openai_responses.StreamReader()
+
+    @property
+    def finished(self) -> bool:
+        return self.reader.finished
+
+    def feed(self, payload: bytes) -> None:
+        self.reader.feed(payload)
+
+    @property
+    def complete(self) -> bool:
+        return self.reader.complete
+
+    def apply(self, call: ObservedCall) -> None:
+        _set_answer(call, self.reader.answer)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What observe mode needs to know of one wire protocol; the rest of the core is shared."""
+
+    endpoint: str  # recorded with the call
+    path: str  # under the provider's base URL
+    read_answer: Callable[[ObservedCall, bytes], None]
+    stream_reader: Callable[[], StreamReader]
+    # Why an answer that came back whole still failed (a stream's error event, a failed response).
+    stream_error: Callable[[StreamReader], str] = lambda reader: ""
+
+
+def _responses_answer(call: ObservedCall, content: bytes) -> None:
+    answer = openai_responses.answer_of(content)
+    if answer is not None:
+        _set_answer(call, answer)
+
+
+def _set_answer(call: ObservedCall, answer: openai_responses.Answer) -> None:
+    call.response_id = answer.response_id
+    call.usage = answer.usage
+    if answer.error:
+        call.error = f"the provider ended the response unfinished: {answer.error}"
+        return
+    call.reply_text, call.reply_tool_calls = answer.reply()
+
+
+def _responses_stream_error(reader: StreamReader) -> str:
+    assert isinstance(reader, _ResponsesStream)
+    answer = reader.reader.answer
+    return f"the provider ended the response unfinished: {answer.error}" if reader.finished and answer.error else ""
+
+
+CHAT = Wire(endpoint="chat.completions", path="chat/completions", read_answer=lambda call, content:
+            _reply_from_completion(call, content), stream_reader=_ChatStream)
+RESPONSES = Wire(endpoint=openai_responses.ENDPOINT, path="responses", read_answer=_responses_answer,
+                 stream_reader=_ResponsesStream, stream_error=_responses_stream_error)
+RESPONSES_COMPACT = Wire(endpoint=openai_responses.COMPACT_ENDPOINT, path="responses/compact",
+                         read_answer=_responses_answer, stream_reader=_ResponsesStream,
+                         stream_error=_responses_stream_error)
+
+
 def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
             body: dict[str, Any], session_header: str,
-            for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]]) -> HttpResponseBase:
+            for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]],
+            wire: Wire = CHAT, kind: str = "",
+            error: Callable[..., HttpResponse] = upstream.openai_error) -> HttpResponseBase:
     """Send the agent's bytes upstream and its answer back; record the call.
 
-    ``for_server`` adapts the relayed stream to the server (WSGI or ASGI)."""
+    ``for_server`` adapts the relayed stream to the server (WSGI or ASGI);
+    ``wire`` is the protocol (its path, how its answers read); ``kind`` what
+    the agent said the call is for besides a turn ("compaction.local", ...)."""
     stream = body.get("stream") is True
-    call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300])
+    call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300],
+                        endpoint=wire.endpoint, kind=kind[:32])
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
     start = time.perf_counter()
     try:
-        answer = _post_raw(provider, api_key, request.body, stream=stream,
+        answer = _post_raw(provider, api_key, request.body, stream=stream, path=wire.path,
                            trace_headers=telemetry.upstream_trace_headers(request.headers, span))
     except httpx2.TimeoutException as exc:
         return _failed(call, span, start, 504, f"the upstream provider did not answer within {provider.timeout:g} s "
-                                         f"({type(exc).__name__})", "upstream_timeout")
+                                         f"({type(exc).__name__})", "upstream_timeout", error)
     except httpx2.RequestError as exc:
         return _failed(call, span, start, 502, f"the upstream provider could not be reached: {type(exc).__name__}: {exc}",
-                       "upstream_unreachable")
+                       "upstream_unreachable", error)
     if stream and answer.status_code == 200:
-        streaming = StreamingHttpResponse(for_server(_relay(answer, call, start, span)), status=200,
+        streaming = StreamingHttpResponse(for_server(_relay(answer, call, start, span, wire)), status=200,
                                          content_type=answer.headers.get("content-type", "text/event-stream"))
         for name, value in upstream.passed_headers(answer).items():
             if name.lower() != "content-type":
@@ -89,13 +194,13 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     try:
         content = answer.read()
     except httpx2.HTTPError as exc:
-        return _failed(call, span, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
+        return _failed(call, span, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable", error)
     finally:
         answer.close()
     call.status_code = answer.status_code
     call.upstream_ms = (time.perf_counter() - start) * 1000
     if answer.status_code == 200:
-        _reply_from_completion(call, content)
+        wire.read_answer(call, content)
     session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content)
     response["X-ContextLab-Managed"] = "false"
@@ -112,13 +217,14 @@ def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> Agen
     return session
 
 
-def _failed(call: ObservedCall, span: Any, start: float, status: int, message: str, code: str) -> HttpResponse:
+def _failed(call: ObservedCall, span: Any, start: float, status: int, message: str, code: str,
+            error: Callable[..., HttpResponse] = upstream.openai_error) -> HttpResponse:
     call.status_code = status
     call.error = message
     call.upstream_ms = (time.perf_counter() - start) * 1000
     call.save()
     telemetry.finish_gateway_span(span, status_code=status, usage=None, error=message)
-    response = upstream.openai_error(status, message, type="server_error", code=code)
+    response = error(status, message, type="server_error", code=code)
     response["X-ContextLab-Managed"] = "false"
     return response
 
@@ -144,10 +250,12 @@ def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
     call.reply_tool_calls = calls if isinstance(calls, list) else []
 
 
-def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any) -> Iterator[bytes]:
+def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any,
+           wire: Wire = CHAT) -> Iterator[bytes]:
     """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
-    chunk holding ``[DONE]`` goes out, so the agent's next call finds it."""
-    builder = sse.ReplyBuilder()
+    chunk holding the terminal event (``[DONE]``, ``response.completed``) goes out, so the
+    agent's next call finds it."""
+    reader = wire.stream_reader()
     pending = b""
     recorded = False
     provider = _provider_of(call)
@@ -155,21 +263,12 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any)
         for chunk in answer.iter_bytes():
             pending += chunk
             *complete, pending = pending.split(b"\n")
-            done = False
             for line in complete:
                 line = line.rstrip(b"\r")
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                try:
-                    builder.add(json.loads(payload))
-                except ValueError:
-                    continue
-            if done and not recorded:
-                _finish(call, builder, start, "")
+                if line.startswith(b"data:"):
+                    reader.feed(line[5:].strip())
+            if reader.finished and not recorded:
+                _finish(call, reader, start, wire.stream_error(reader))
                 _recorded(call, provider, span)
                 recorded = True
             yield chunk
@@ -178,7 +277,8 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any)
     finally:
         answer.close()
         if not recorded:
-            _finish(call, builder, start, call.error or ("" if builder.complete else "the stream ended early"))
+            _finish(call, reader, start, call.error or wire.stream_error(reader)
+                    or ("" if reader.complete else "the stream ended early"))
             _recorded(call, provider, span)
 
 
@@ -186,19 +286,74 @@ def _provider_of(call: ObservedCall) -> UpstreamProvider:
     return UpstreamProvider.objects.get(profile_id=call.profile_id)
 
 
-def _finish(call: ObservedCall, builder: sse.ReplyBuilder, start: float, error: str) -> None:
+def _finish(call: ObservedCall, reader: StreamReader, start: float, error: str) -> None:
     call.status_code = 200
     call.error = error
     call.upstream_ms = (time.perf_counter() - start) * 1000
-    if builder.complete and not error:
-        _set_reply(call, builder.message())
-        call.usage = builder.usage
+    if reader.complete and not error:
+        reader.apply(call)
 
 
-def _recorded_request(seq: int, call: ObservedCall) -> RecordedRequest:
-    return RecordedRequest(seq=seq, body=call.body if isinstance(call.body, dict) else {},
-                           reply_text=call.reply_text, session_header=call.session_header,
+def _recorded_request(seq: int, call: ObservedCall, earlier: list[RecordedRequest] | None = None) -> RecordedRequest:
+    """The call as the inference reads it: a chat-completions request and its reply.
+
+    ``earlier``: the requests recorded before it, where the chain a Responses
+    call continues (``previous_response_id``) is found."""
+    body = call.body if isinstance(call.body, dict) else {}
+    session_header = call.session_header
+    if call.endpoint != CHAT.endpoint:
+        body, session_header = _responses_view(call, body, earlier or [])
+    return RecordedRequest(seq=seq, body=body, reply_text=call.reply_text, session_header=session_header,
                            reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage)
+
+
+# Where the chat view of a Responses call keeps what the inference does not read.
+VIEW_KEY = "contextlab"
+
+
+def _responses_view(call: ObservedCall, body: dict[str, Any],
+                    earlier: list[RecordedRequest]) -> tuple[dict[str, Any], str]:
+    """A Responses call as a chat-completions body; and the conversation key it goes under.
+
+    A compaction request is the agent's context manager asking for a summary: a
+    side call, under no key, which the inference attaches to the conversation it
+    quotes. A call continuing ``previous_response_id`` carries only its new
+    items; the conversation before it is the chain the gateway saw go by."""
+    meta: dict[str, Any] = {"protocol": "openai.responses", "response_id": call.response_id, "kind": call.kind,
+                            "opening": openai_responses.opening_request(openai_responses.items_of(body))[:400]}
+    if call.kind.startswith("compaction"):
+        view = openai_responses.compaction_side_call(body, remote=call.kind == "compaction.remote")
+        view[VIEW_KEY] = meta
+        return view, ""
+    previous = body.get("previous_response_id")
+    chain: list[dict[str, Any]] | None = None
+    if isinstance(previous, str) and previous:
+        found = next((r for r in reversed(earlier) if isinstance(r.body.get(VIEW_KEY), dict)
+                      and r.body[VIEW_KEY].get("response_id") == previous), None)
+        if found is None:
+            meta["chain"] = "outside"
+            meta["previous_response_id"] = previous[:200]
+        else:
+            meta["chain"] = "resolved"
+            reply: dict[str, Any] = {"role": "assistant", "content": found.reply_text or None}
+            if found.reply_tool_calls:
+                reply["tool_calls"] = found.reply_tool_calls
+            chain = [*found.messages, reply]
+    view = openai_responses.to_chat(body, earlier=chain)
+    view[VIEW_KEY] = meta
+    return view, call.session_header
+
+
+def chain_warnings(requests: list[RecordedRequest], seqs: list[int]) -> list[str]:
+    """What a session of Responses calls must say about the conversation it could not see."""
+    warnings = []
+    for seq in seqs:
+        meta = requests[seq - 1].body.get(VIEW_KEY)
+        if isinstance(meta, dict) and meta.get("chain") == "outside":
+            warnings.append(f"request {seq} continues response {meta.get('previous_response_id')}, which did not "
+                            "pass through ContextLab: the provider holds the conversation before it, and this "
+                            "session starts there")
+    return warnings
 
 
 def record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
@@ -226,9 +381,14 @@ def _record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | No
         # One profile's calls are taken in the order they finished.
         UpstreamProvider.objects.select_for_update().filter(pk=provider.pk).first()
         call.save()
-        if call.status_code != 200 or call.error:
+        if not _inferred(call):
             return None
         return _rebuild(call.owner_id, call.profile, [call]).get(call.pk)
+
+
+def _inferred(call: ObservedCall) -> bool:
+    """Whether the inference reads the call: answered, and not a cache warm-up the agent never read."""
+    return call.status_code == 200 and not call.error and call.kind != "prewarm"
 
 
 @dataclass
@@ -286,7 +446,9 @@ def _observed_before(recorded: QuerySet[ObservedCall], new: list[ObservedCall], 
             return kept
         # Another process recorded calls of this profile since: read them all.
     calls = list(earlier.order_by("pk"))
-    requests = [_recorded_request(seq, c) for seq, c in enumerate(calls, start=1)]
+    requests: list[RecordedRequest] = []
+    for seq, c in enumerate(calls, start=1):
+        requests.append(_recorded_request(seq, c, requests))
     return _Observed(observer=observe(requests), requests=requests, call_ids=[c.pk for c in calls], parsed=Parsed(),
                      newest=max((c.created for c in calls), default=None))
 
@@ -299,12 +461,13 @@ def _rebuild(owner_id: int, profile: AgentProfile, new: list[ObservedCall]) -> d
     process keeps it between calls and feeds it only the new ones; the sessions'
     rows are rewritten from it (reusing what earlier rewrites parsed).
     """
-    recorded = ObservedCall.objects.filter(owner_id=owner_id, profile_id=profile.pk, status_code=200, error="")
+    recorded = ObservedCall.objects.filter(owner_id=owner_id, profile_id=profile.pk, status_code=200,
+                                           error="").exclude(kind="prewarm")
     observed = _observed_before(recorded, new, profile.pk)
     for call in sorted(new, key=lambda c: c.pk):
-        if call.status_code != 200 or call.error:
+        if not _inferred(call):
             continue
-        request = _recorded_request(len(observed.requests) + 1, call)
+        request = _recorded_request(len(observed.requests) + 1, call, observed.requests)
         observed.requests.append(request)
         observed.call_ids.append(call.pk)
         observed.newest = max(observed.newest, call.created) if observed.newest else call.created
@@ -328,11 +491,22 @@ def _rebuild(owner_id: int, profile: AgentProfile, new: list[ObservedCall]) -> d
         if conversation.id not in written:
             written.add(conversation.id)
             session = observed_session_write(session, requests, conversation.id, observer, parsed=observed.parsed)
+            _warn(session, chain_warnings(requests, conversation.requests))
             observed.sessions[conversation.id] = session
         sessions[call.pk] = session
     # Kept for the next call once this one is committed; a rollback drops it.
     transaction.on_commit(lambda: _keep(profile.pk, observed))
     return sessions
+
+
+def _warn(session: AgentSession, warnings: list[str]) -> None:
+    """Add the protocol's warnings to the session's source, once each."""
+    source = session.source if isinstance(session.source, dict) else {}
+    known = list(source.get("warnings") or [])
+    fresh = [w for w in warnings if w not in known]
+    if fresh:
+        session.source = {**source, "warnings": [*known, *fresh][:100]}
+        AgentSession.objects.filter(pk=session.pk).update(source=session.source)
 
 
 def record_spans(*, owner: User, profile: AgentProfile, records: list[dict[str, Any]]) -> list[AgentSession]:
@@ -406,6 +580,10 @@ def _session_for(call: ObservedCall, conversation_id: str, first: RecordedReques
     content = opening.get("content")
     text = content if isinstance(content, str) else " ".join(
         str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    meta = first.body.get(VIEW_KEY)
+    if isinstance(meta, dict) and meta.get("opening"):
+        # Another protocol's adapter knows the user's first words better (past an agent's harness context).
+        text = str(meta["opening"])
     profile = call.profile
     return AgentSession.objects.create(
         owner_id=call.owner_id, profile=profile, title=" ".join(text.split())[:TITLE_CHARS] or "Observed agent",

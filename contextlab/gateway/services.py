@@ -194,6 +194,8 @@ class Exchange:
     span: Any = None
     # The session's gateway row as the call was prepared (None for a new session).
     gateway: GatewaySession | None = None
+    # The wire protocol's endpoint, as the exchange row names it.
+    endpoint: str = "chat.completions"
 
     @property
     def strips_usage(self) -> bool:
@@ -608,7 +610,7 @@ def _usage_report(exchange: Exchange, usage: dict[str, Any]) -> None:
 def _write_row(exchange: Exchange, *, status_code: int | None, usage: Any, upstream_ms: float) -> GatewayExchange:
     row = GatewayExchange.objects.create(
         owner=exchange.owner, profile=exchange.profile, session=exchange.session, turn_number=exchange.turn,
-        endpoint="chat.completions", stream=exchange.stream, model=exchange.model,
+        endpoint=exchange.endpoint, stream=exchange.stream, model=exchange.model,
         upstream_model=str(exchange.body.get("model") or "")[:200], managed=exchange.managed,
         identity=exchange.identity, client_messages=exchange.client_messages, matched_messages=exchange.matched,
         new_messages=exchange.new, upstream_messages=exchange.upstream_messages, status_code=status_code,

@@ -72,6 +72,17 @@ def post_chat(provider: UpstreamProvider, api_key: str, body: dict[str, Any], *,
     return http.send(request, stream=stream)
 
 
+def post(provider: UpstreamProvider, api_key: str, path: str, body: dict[str, Any], *, stream: bool,
+         trace_headers: dict[str, str] | None = None) -> httpx2.Response:
+    """POST a JSON body to ``path`` under the provider's base URL (another protocol's endpoint)."""
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    http = client()
+    headers = {**_headers(provider, api_key, stream=stream), **(trace_headers or {})}
+    request = http.build_request("POST", provider.url(path), content=data, headers=headers,
+                                 timeout=_timeout(provider))
+    return http.send(request, stream=stream)
+
+
 def get(provider: UpstreamProvider, api_key: str, path: str) -> httpx2.Response:
     headers = _headers(provider, api_key, stream=False)
     del headers["Content-Type"]

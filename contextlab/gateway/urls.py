@@ -6,6 +6,8 @@ from contextlab.gateway import views
 
 urlpatterns = [
     path("chat/completions", views.chat_completions, name="cl-gateway-chat"),
+    path("responses", views.responses, name="cl-gateway-responses"),
+    path("responses/compact", views.responses_compact, name="cl-gateway-responses-compact"),
     path("models", views.models, name="cl-gateway-models"),
     path("models/<path:model>", views.model_detail, name="cl-gateway-model"),
     # Anything else under /v1/ answers in OpenAI's error shape, not the HTML 404 page.

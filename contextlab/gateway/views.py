@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -25,7 +26,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from contextlab import ratelimit, telemetry
 from contextlab.engine.unicode import repaired
-from contextlab.gateway import observe, services, sse, upstream
+from contextlab.gateway import observe, responses_managed, services, sse, upstream
+from contextlab.gateway.protocols import openai_responses
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 
 log = logging.getLogger(__name__)
@@ -322,5 +324,72 @@ def model_detail(request: HttpRequest, model: str) -> HttpResponse:
 
 @csrf_exempt
 def not_found(request: HttpRequest, rest: str) -> HttpResponse:
-    return upstream.openai_error(404, f"ContextLab's gateway serves /v1/chat/completions and /v1/models, "
-                                      f"not /v1/{rest}", code="unknown_url")
+    return upstream.openai_error(404, f"ContextLab's gateway serves /v1/chat/completions, /v1/responses and "
+                                      f"/v1/models, not /v1/{rest}", code="unknown_url")
+
+
+# -- Responses API ---------------------------------------------------------------------------
+
+
+def _gateway_user(request: HttpRequest) -> tuple[User | None, HttpResponse | None]:
+    """Who calls, or the answer that refuses them: the one place a gateway call is authenticated.
+
+    The ContextLab token comes as the provider key (``Authorization: Bearer``),
+    which is what an unmodified client sends."""
+    token = services.token_for(request.headers.get("Authorization", ""))
+    if token is None:
+        return None, _unauthorized()
+    retry_after = ratelimit.check("gateway", token.key_hash)
+    if retry_after is not None:
+        return None, _rate_limited(retry_after)
+    return token.user, None
+
+
+def _websocket_refused() -> HttpResponse:
+    # Codex first tries a WebSocket on GET /v1/responses; 426 tells it to use HTTP at once.
+    return upstream.openai_error(426, "ContextLab's gateway speaks the Responses API over HTTP: "
+                                          "POST /v1/responses (WebSocket is not supported)",
+                                     code="websocket_not_supported")
+
+
+@csrf_exempt
+def responses(request: HttpRequest) -> HttpResponseBase:
+    if request.method == "GET":
+        return _websocket_refused()
+    return _responses_call(request, observe.RESPONSES)
+
+
+@csrf_exempt
+def responses_compact(request: HttpRequest) -> HttpResponseBase:
+    return _responses_call(request, observe.RESPONSES_COMPACT)
+
+
+def _responses_call(request: HttpRequest, wire: observe.Wire) -> HttpResponseBase:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    user, refusal = _gateway_user(request)
+    if refusal is not None:
+        return refusal
+    assert user is not None
+    try:
+        body = _json_body(request)
+        openai_responses.check(body)
+        explicit = request.headers.get(SESSION_HEADER, "").strip()
+        profile = services.profile_for(owner=user, session_header=explicit,
+                                       profile_header=request.headers.get(PROFILE_HEADER, "").strip())
+        provider, api_key = services.provider_for(profile)
+    except openai_responses.BadRequest as exc:
+        return upstream.openai_error(400, exc.message, code="invalid_request", param=exc.param)
+    except GatewayError as exc:
+        return _error(exc)
+    compaction = openai_responses.compaction_kind(body, request.headers, endpoint=wire.endpoint)
+    kind = f"compaction.{compaction}" if compaction else openai_responses.request_kind(request.headers)
+    # The agent's own name for its conversation when it gives one (Codex's thread), before any inference.
+    session_header = explicit or openai_responses.conversation_key(request.headers, body)
+    if observe.is_observed(provider):
+        return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key, body=body,
+                               session_header=session_header, for_server=lambda it: _for_server(request, it),
+                               wire=wire, kind=kind if kind != "turn" else "")
+    return responses_managed.call(request, owner=user, profile=profile, provider=provider, api_key=api_key,
+                                  body=body, session_header=session_header, wire=wire, kind=kind,
+                                  retry=_is_retry(request), for_server=lambda it: _for_server(request, it))

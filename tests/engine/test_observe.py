@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextlab.engine.observe import Observer, RecordedRequest, load_recorded_request
+from contextlab.engine.tokens import TiktokenCounter
 from tests.corpus import COPAW_RUN
 
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
@@ -250,3 +251,69 @@ def test_it_writes_a_trace_per_agent_request_with_exact_tokens() -> None:
         first["payload"]["tokens"][k] for k in ("system", "summary", "messages", "tool_results"))
     split = next(t for t in traces if t["observed"]["request"] == 40)
     assert [loss["name"] for loss in split["copaw_losses"]] == ["turn_split"]
+
+
+def _thrash_requests() -> list[RecordedRequest]:
+    system = {"role": "system", "content": "You are a coding agent."}
+    return [
+        RecordedRequest(seq=1, body={"messages": [
+            system, {"role": "user", "content": "Fix the parser."}, {"role": "assistant", "content": "Reading it."},
+            {"role": "user", "content": "Also the lexer."}]}),
+        RecordedRequest(seq=2, body={"messages": [
+            system, {"role": "user", "content": "Summary 1: parser read."}, {"role": "user", "content": "Also the lexer."},
+            {"role": "assistant", "content": "Lexer next."}, {"role": "user", "content": "And the tests."}]}),
+        RecordedRequest(seq=3, body={"messages": [
+            system, {"role": "user", "content": "Summary 2: parser and lexer read."},
+            {"role": "user", "content": "And the tests."}, {"role": "assistant", "content": "Tests next."},
+            {"role": "user", "content": "Go on."}]}),
+    ]
+
+
+def test_it_flags_compaction_on_every_request_as_thrash():
+    observer = Observer(counter=TiktokenCounter())
+    traces = [observer.observe(r).trace for r in _thrash_requests()]
+    assert [t["outcome"] for t in traces] == ["no_action", "compacted", "compacted"]
+    flaws = [[loss["name"] for loss in t["copaw_losses"]] for t in traces]
+    assert "compaction_thrash" not in flaws[1]
+    assert "compaction_thrash" in flaws[2]
+    thrash = next(loss for loss in traces[2]["copaw_losses"] if loss["name"] == "compaction_thrash")
+    assert thrash["detail"].startswith("requests 2, 3:")
+
+
+def test_it_finds_a_summary_the_agent_put_after_the_messages_it_kept():
+    """Codex's shape: the developer and user messages kept, its compactor's answer appended."""
+    system = {"role": "system", "content": "You are a coding agent working in a terminal."}
+    ask = {"role": "user", "content": "What does notes.txt say? Read it with cat please."}
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]}
+    output = {"role": "tool", "tool_call_id": "c1", "content": "alpha-7, the first line of notes.txt"}
+    observer = Observer(counter=TiktokenCounter())
+    observer.observe(RecordedRequest(seq=1, body={"messages": [system, ask, call, output]}))
+    summary = "SUMMARY: notes.txt says alpha-7."
+    observer.observe(RecordedRequest(seq=2, reply_text=summary, body={"messages": [
+        {"role": "system", "content": "You are performing a CONTEXT CHECKPOINT COMPACTION."},
+        {"role": "user", "content": "user: What does notes.txt say? Read it with cat please.\n\n"
+                                    "tool: alpha-7, the first line of notes.txt"}]}))
+    after = observer.observe(RecordedRequest(seq=3, body={"messages": [
+        system, ask, {"role": "user", "content": f"Another language model produced a summary:\n{summary}"}]}))
+    assert after.compaction is not None and after.compaction["compactor_seq"] == 2
+    assert after.compaction["dropped"] == 2
+    assert [e.kind for e in after.events if e.kind.startswith("summary")] == ["summary_inserted"]
+
+
+def test_it_counts_a_tool_call_compacted_away_before_it_came_back():
+    """Codex compacts between a reply that calls a tool and the request that would carry the call."""
+    system = {"role": "system", "content": "You are a coding agent working in a terminal."}
+    ask = {"role": "user", "content": "What does notes.txt say? Read it with cat please."}
+    calls = [{"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{\"cmd\": \"cat notes.txt\"}"}}]
+    observer = Observer(counter=TiktokenCounter())
+    observer.observe(RecordedRequest(seq=1, body={"messages": [system, ask]}, reply_tool_calls=calls))
+    summary = "SUMMARY: the user wants notes.txt read; cat was called."
+    observer.observe(RecordedRequest(seq=2, reply_text=summary, body={"messages": [
+        {"role": "system", "content": "You are performing a CONTEXT CHECKPOINT COMPACTION."},
+        {"role": "user", "content": "user: What does notes.txt say? Read it with cat please."}]}))
+    after = observer.observe(RecordedRequest(seq=3, body={"messages": [
+        system, ask, {"role": "user", "content": f"Another language model produced a summary:\n{summary}"}]}))
+    assert after.compaction is not None and after.compaction["dropped"] == 1
+    dropped = next(e for e in after.events if e.kind == "messages_dropped")
+    assert [m["key"] for m in dropped.detail["messages"]] == ["call:c1"]
