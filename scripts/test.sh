@@ -27,6 +27,8 @@ if ! command -v chromium >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 bash scripts/services.sh
+# axe-core from npm, for the browser tests' accessibility checks.
+bash scripts/install_axe.sh
 
 echo "== ruff"
 .venv/bin/ruff check .
