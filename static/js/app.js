@@ -72,3 +72,20 @@
   document.addEventListener("click", soon);
   window.addEventListener("resize", soon);
 })();
+
+/* A first-visit card ([data-dismiss-key]) stays hidden once its "Hide" button was pressed. */
+(function () {
+  "use strict";
+  document.querySelectorAll("[data-dismiss-key]").forEach(function (card) {
+    var key = card.getAttribute("data-dismiss-key");
+    var store = null;
+    try { store = window.localStorage; } catch (e) { store = null; }
+    if (store && store.getItem(key) === "1") { card.hidden = true; return; }
+    var button = card.querySelector("[data-dismiss]");
+    if (!button) return;
+    button.addEventListener("click", function () {
+      card.hidden = true;
+      if (store) store.setItem(key, "1");
+    });
+  });
+})();

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from playwright.sync_api import ConsoleMessage, Page
 
+from contextlab.dashboard import demo_story
 from contextlab.sessions import services
 from contextlab.sessions.management.commands.loaddemo import DEMO_CONVERSATION, DEMO_PROFILE
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion, Turn
@@ -109,8 +110,10 @@ class PageWalkTests(BrowserTestCase):
 
     def demo_session(self) -> AgentSession:
         profile = services.profile_create(owner=self.alice, name="demo", knobs=DEMO_PROFILE)
-        return services.transcript_import(owner=self.alice, path=DEMO_CONVERSATION, profile=profile,
-                                          title="Demo: a walk through every page")
+        session = services.transcript_import(owner=self.alice, path=DEMO_CONVERSATION, profile=profile,
+                                             title="Demo: a walk through every page")
+        demo_story.record(session)  # as the demo loader does: the landing page shows its first-visit card
+        return session
 
     def test_it_fits_every_page_in_a_phone_and_passes_axe_and_the_csp_on_each(self) -> None:
         self.alice.is_staff = self.alice.is_superuser = True
