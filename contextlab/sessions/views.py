@@ -149,6 +149,8 @@ def turn_detail(request: AuthenticatedHttpRequest, session_id: UUID, number: int
     turn = session.turns.filter(number=number).first()
     if turn is None:
         raise Http404("No such turn")
+    # The turn that lost identifiers at compaction says so, with the way to the summary that lost them.
+    fragments.with_losses(session, [turn])
     return render(request, "sessions/turn.html", {
         "session": session,
         "turn": turn,

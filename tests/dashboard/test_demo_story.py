@@ -81,3 +81,16 @@ def test_it_links_lost_identifiers_to_the_version_that_lost_them_first(alice_cli
         pytest.skip("no identifier lost in this session with the current loss check")
     page = alice_client.get("/").content.decode()
     assert f"summaries/?v={losses.first().version}#lost-at-compaction" in page
+
+
+def test_it_says_on_the_turn_page_that_its_compaction_lost_identifiers(alice_client, worked_session):
+    losses = SummaryVersion.objects.filter(session=worked_session, lost_count__gt=0).order_by("version")
+    if not losses.exists():
+        pytest.skip("no identifier lost in this session with the current loss check")
+    version = losses.first()
+    page = alice_client.get(f"{worked_session.get_absolute_url()}turns/{version.turn}/").content.decode()
+    assert 'id="turn-loss"' in page
+    assert f"summaries/?v={version.version}#lost-at-compaction" in page
+    assert f"{version.lost_count} lost" in page
+    quiet = worked_session.turns.exclude(number=version.turn).filter(outcome="no_action").first()
+    assert 'id="turn-loss"' not in alice_client.get(f"{worked_session.get_absolute_url()}turns/{quiet.number}/").content.decode()

@@ -189,6 +189,13 @@ class PageWalkTests(BrowserTestCase):
             page.click(f'.tabs [data-tab="{tab}"]')
             self.check(f"{name}-tab-{tab}", width)
         if travel_to is None:
+            # The pin button's handler lives in static/js/app.js now (no hx-on): it still works under the CSP.
+            page.click('.tabs [data-tab="messages"]')
+            button = page.locator("#fate-live .pin-button:not([disabled])").first
+            seq = button.get_attribute("data-pin-seq")
+            button.click()
+            page.wait_for_selector(f'#fate-live .pin-button[data-pin-seq="{seq}"][disabled]', timeout=10_000)
+            self.check(f"{name}-pinned", width)
             return
         page.click('.tabs [data-tab="flow"]')
         page.click(f'#turns-panel tr[data-turn="{travel_to.number}"]')
