@@ -55,7 +55,7 @@ def test_it_tells_the_demo_s_story_as_the_search_answers_it_one_click_from_the_l
         assert story["needle"] not in SummaryVersion.objects.filter(session=session).order_by("-version").first().text
     else:
         assert f"{version}, which kept it" in answer
-        assert "Nothing the user or the agent stated was lost" in landing
+        assert "no code, id or path was lost here" in landing
 
 
 def test_it_tells_of_the_user_s_planted_code_what_the_search_says(alice, small_profile):
