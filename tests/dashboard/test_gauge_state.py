@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlab.dashboard import fragments
 from contextlab.sessions import services
-from contextlab.sessions.models import Turn
+from tests.dashboard.conftest import defer_a_turn
 
 
 def _url(session, rest=""):
@@ -15,21 +15,8 @@ def _gauge(page: str) -> str:
     return page[page.index('id="gauge"'):page.index('id="chart-card"')]
 
 
-def _defer_a_turn(session) -> Turn:
-    """Short user turns on a worked session until the hook holds a compaction back (it would free too little)."""
-    for i in range(60):
-        services.messages_append(session=session, messages=[
-            {"role": "user", "content": f"Short question {i}: is the build green on ci-node-{i}? " * 3}])
-        services.session_prepare(session=session)
-        turn = session.turns.order_by("-number").first()
-        if any("deferred:" in step.get("outcome", "") for step in turn.trace["steps"]):
-            session.refresh_from_db()
-            return turn
-    raise AssertionError(f"no deferred turn; outcomes: {list(session.turns.values_list('outcome', flat=True))}")
-
-
 def test_it_says_deferred_and_why_when_the_flow_deferred(alice_client, worked_session):
-    turn = _defer_a_turn(worked_session)
+    turn = defer_a_turn(worked_session)
     flow_reason = next(step["outcome"] for step in turn.trace["steps"] if "deferred:" in step.get("outcome", ""))
     page = alice_client.get(_url(worked_session)).content.decode()
     gauge = _gauge(page)
@@ -42,7 +29,7 @@ def test_it_says_deferred_and_why_when_the_flow_deferred(alice_client, worked_se
 
 
 def test_it_says_the_same_in_a_pushed_gauge_and_at_a_past_turn(alice_client, worked_session):
-    turn = _defer_a_turn(worked_session)
+    turn = defer_a_turn(worked_session)
     view = services.current_live_view(worked_session)
     assert view is not None and view["gauge"]["held_back"] == "deferred"
     pushed = fragments.gauge_push({"gauge": view["gauge"], "tokens": {

@@ -27,10 +27,12 @@ from contextlab.sessions.management.commands.loaddemo import DEMO_CONVERSATION, 
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion, Turn
 from tests.conversations import answer, tool_turn
 from tests.corpus import REPO
+from tests.dashboard.conftest import defer_a_turn, work
 from tests.e2e.browser import BrowserTestCase
 
 AXE = REPO / "var" / "npm" / "node_modules" / "axe-core" / "axe.min.js"
 WIDTHS = (1280, 390)
+SMALL = {"max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400}
 # Collected in every document before any of its own scripts run; read back after each page.
 CSP_LISTENER = """
 window.__cspViolations = [];
@@ -127,6 +129,12 @@ class PageWalkTests(BrowserTestCase):
             services.messages_append(session=tools, messages=[*([answer(i - 1)] if i > 1 else []),
                                                               *tool_turn(i, output_bytes=1_500)])
             services.session_prepare(session=tools)
+        # A session whose latest turn held a compaction back: the gauge's "deferred" state.
+        deferred = services.session_create(owner=self.alice, system_prompt="You are a careful coding agent.",
+                                           profile=services.profile_create(owner=self.alice, name="small", knobs=SMALL),
+                                           title="Deferred")
+        work(deferred, 20)
+        held = defer_a_turn(deferred)
         base = session.get_absolute_url()
         compacted = Turn.objects.filter(session=session, outcome="compacted").order_by("number").first()
         assert compacted is not None
@@ -174,6 +182,9 @@ class PageWalkTests(BrowserTestCase):
                 if "script-src 'self'" not in csp:
                     self.problems.append(f"{name} @ {width}px: no script-src 'self' in its CSP header {csp!r}")
                 self.check(name, width)
+            self.open_live(f"{deferred.get_absolute_url()}#tab-flow")
+            assert f"deferred at turn {held.number}" in (page.text_content("#gauge") or "")
+            self.check("session-deferred", width)
             self.walk_session_page(session, compacted, width)
             self.walk_session_page(tools, None, width, name="session-tools")
             self.check_login_page(width)
