@@ -58,6 +58,8 @@ DEBUG = envbool("DEBUG", "False")
 SECRET_KEY = envsecret("SECRET_KEY", "")  # when unset, see below the databases
 ALLOWED_HOSTS = [h for h in os.getenv("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.getenv("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# The Content-Security-Policy of the HTML pages (contextlab/core/csp.py); empty: the built-in one.
+CONTEXTLAB_CSP = os.getenv("CONTEXTLAB_CSP", "")
 
 INSTALLED_APPS = [
     "daphne",
@@ -89,6 +91,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "contextlab.core.csp.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "contextlab.urls"

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from contextlab.api import docs as api_docs
 from contextlab.gateway import otlp
 
 urlpatterns = [
@@ -10,6 +11,9 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     # Before the API: its catch-all answers every other /api/v1/ path with a JSON 404.
     path("", include("contextlab.insights.urls")),
+    # The API reference, read from the same OpenAPI document /api/v1/openapi.json serves.
+    path("api/docs", api_docs.api_docs, name="cl-api-docs"),
+    path("api/", api_docs.api_root, name="cl-api-root"),
     path("api/v1/", include("contextlab.api.urls")),
     # The OpenAI-compatible gateway: an agent's client points its base_url here.
     path("v1/", include("contextlab.gateway.urls")),

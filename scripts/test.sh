@@ -29,6 +29,8 @@ fi
 bash scripts/services.sh
 # The real agent CLIs (pinned, from npm) for the tests that run them through the gateway.
 bash scripts/install_agent_clis.sh
+# axe-core from npm, for the browser tests' accessibility checks.
+bash scripts/install_axe.sh
 
 echo "== ruff"
 .venv/bin/ruff check .

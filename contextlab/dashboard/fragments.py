@@ -128,6 +128,13 @@ def gauge_numbers(inputs: Mapping[str, Any], *, window: int, threshold: int, res
         # The provider's reply priming, as the engine counts it.
         total = system + messages + tools + (3 if system or messages or tools else 0)
     scale = max(window, total, 1)
+    # The reserve is the newest tokens a compaction keeps: the tail of the messages, drawn where
+    # it starts (never inside the system prompt, summary or tool schemas, which always stay).
+    fixed = system + summary + schemas
+    reserve_start = max(fixed, total - reserve)
+    over_threshold = total >= threshold
+    # One source of truth: past the threshold, the gauge repeats what the latest turn's flow decided.
+    held_back = str(inputs.get("held_back") or "") if over_threshold else ""
     segments = [
         {"key": key, "label": label, "tokens": value, "percent": round(100 * value / scale, 3)}
         for key, label, value in (("system", "system prompt", system), ("summary", "summary", summary),
@@ -138,11 +145,13 @@ def gauge_numbers(inputs: Mapping[str, Any], *, window: int, threshold: int, res
         "window": window, "threshold": threshold, "reserve": reserve, "total": total,
         "segments": segments,
         "threshold_percent": round(100 * threshold / scale, 3),
-        "reserve_percent": round(100 * reserve / scale, 3),
+        "reserve_percent": round(100 * reserve_start / scale, 3),
         "window_percent": round(100 * window / scale, 3),
         "used_percent": round(100 * total / window, 1) if window else 0.0,
         "left": threshold - total,
-        "over_threshold": total >= threshold,
+        "over_threshold": over_threshold,
+        "held_back": held_back,
+        "why": str(inputs.get("why") or "") if held_back else "",
         "over_window": total > window,
         "turn": inputs.get("turn"),
         "pending": pending["count"],

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Sum
+from django.db.models import Min, Q, Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -34,7 +34,10 @@ def sessions_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     profile_id = _profile_filter(request)
     failed = request.GET.get("failed") == "1"
     qs = (AgentSession.objects.filter(owner=request.user).listed(profile_id=profile_id, failed=failed)
-          .annotate(lost_at_compaction=Sum("summary_versions__lost_count"))
+          .annotate(lost_at_compaction=Sum("summary_versions__lost_count"),
+                    # The "N lost" link opens the version that lost them first, not the newest.
+                    first_loss_version=Min("summary_versions__version",
+                                           filter=Q(summary_versions__lost_count__gt=0)))
           # A grouped query drops the model's ordering; the list is newest activity first.
           .order_by("-last_activity", "pk"))
     page = Paginator(qs, SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
@@ -42,8 +45,13 @@ def sessions_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     # The filter form and the pager swap only the table.
     if request.htmx:
         template += "#session-table"
+    # The demo's story for a first visit, as the demo loader found it (dashboard/demo_story.py).
+    demo = (AgentSession.objects.filter(owner=request.user, source__has_key="demo_story")
+            .order_by("created").first())
     return render(request, template, {
         "page": page,
+        "demo": demo,
+        "demo_story": (demo.source or {}).get("demo_story") if demo else None,
         "profiles": AgentProfile.objects.filter(owner=request.user),
         "profile_id": profile_id,
         "failed": failed,
@@ -141,6 +149,8 @@ def turn_detail(request: AuthenticatedHttpRequest, session_id: UUID, number: int
     turn = session.turns.filter(number=number).first()
     if turn is None:
         raise Http404("No such turn")
+    # The turn that lost identifiers at compaction says so, with the way to the summary that lost them.
+    fragments.with_losses(session, [turn])
     return render(request, "sessions/turn.html", {
         "session": session,
         "turn": turn,

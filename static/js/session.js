@@ -261,7 +261,40 @@
   window.addEventListener("hashchange", function () { var t = tabOfHash(); if (t) selectTab(t); });
   selectTab(tabOfHash() || "flow");
 
-  function refresh() { draw(); markSelected(); tellView(false); }
+  /* -- time travel: the address says which turn is shown; news of turns that arrive ------- */
+
+  // The server renders ?turn=N pinned at that turn; the address follows the bar, so it can be shared.
+  function syncAddress() {
+    var bar = document.getElementById("time-bar");
+    if (!bar) return;
+    var params = new URLSearchParams(location.search);
+    if (bar.dataset.live === "0") params.set("turn", bar.dataset.turn);
+    else params.delete("turn");
+    var query = params.toString();
+    var want = location.pathname + (query ? "?" + query : "") + location.hash;
+    if (want !== location.pathname + location.search + location.hash) history.replaceState(null, "", want);
+  }
+
+  // While an older turn is shown, the live stats keep counting: the bar says so, and how many.
+  function noteNewTurns() {
+    var bar = document.getElementById("time-bar");
+    var stats = document.getElementById("stats");
+    var news = document.getElementById("time-bar-news");
+    if (!bar || !stats || !news || bar.dataset.live !== "0") return;
+    var count = Number(stats.dataset.turns);
+    var counted = bar.querySelector("[data-turn-count]");
+    var shownCount = counted ? Number(counted.dataset.turnCount) : count;
+    if (count <= shownCount) return;
+    if (counted) counted.textContent = String(count);
+    var scrubber = document.getElementById("scrubber");
+    if (scrubber) scrubber.max = String(count);
+    var fresh = count - shownCount;
+    news.textContent = (fresh === 1 ? "New: turn " + count + " arrived" : "New: turns " + (shownCount + 1) + "–" + count + " arrived") +
+      " while you look at turn " + bar.dataset.turn + ".";
+    news.hidden = false;
+  }
+
+  function refresh() { draw(); markSelected(); tellView(false); noteNewTurns(); syncAddress(); }
   document.body.addEventListener("htmx:afterSettle", refresh);
   document.body.addEventListener("htmx:wsAfterMessage", refresh);
   refresh();

@@ -32,6 +32,19 @@ def work(session, turns: int, *, first: int = 1, output_bytes: int = 1_500) -> N
     session.refresh_from_db()
 
 
+def defer_a_turn(session):
+    """Short user turns on a worked session until the hook holds a compaction back (it would free too little)."""
+    for i in range(60):
+        services.messages_append(session=session, messages=[
+            {"role": "user", "content": f"Short question {i}: is the build green on ci-node-{i}? " * 3}])
+        services.session_prepare(session=session)
+        turn = session.turns.order_by("-number").first()
+        if any("deferred:" in step.get("outcome", "") for step in turn.trace["steps"]):
+            session.refresh_from_db()
+            return turn
+    raise AssertionError(f"no deferred turn; outcomes: {list(session.turns.values_list('outcome', flat=True))}")
+
+
 # The turns of ``worked_session``: a test that goes on with the conversation starts at WORKED_TURNS + 1.
 WORKED_TURNS = 20
 

@@ -99,7 +99,7 @@ class ScreenshotTests(BrowserTestCase):
         assert not self.page_errors
 
     def test_it_screenshots_the_second_pass_at_two_widths(self) -> None:
-        """Time travel, loss at compaction, "why was it lost?", the fixed views: at 1440 and 1024 px."""
+        """Time travel, loss at compaction, "why was it lost?", the fixed views: at 1440, 1024 and 390 px."""
         small = {"max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400}
         profile = services.profile_create(owner=self.alice, name="small-4k", knobs=small)
         session = services.session_create(owner=self.alice, system_prompt="You are a careful coding agent.",
@@ -119,7 +119,8 @@ class ScreenshotTests(BrowserTestCase):
         needle = next(line for line in first_text(row.content).splitlines()
                       if len(line) > 20 and line not in first_text(row.current_content)).strip()[:40]
         page = self.page
-        for width in (1440, 1024):
+        # 390: a phone (every page is also checked at 390 and 1280 by test_page_walk.py, with axe and the CSP).
+        for width in (1440, 1024, 390):
             page.set_viewport_size({"width": width, "height": 1000})
             self.open("/")
             self.shoot(f"sessions-lost-{width}", "main")

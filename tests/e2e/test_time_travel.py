@@ -104,3 +104,37 @@ class TimeTravelTests(BrowserTestCase):
         page.wait_for_function(f"document.querySelector('#flow-live').dataset.turn === '{turns + 2}'", timeout=10_000)
         assert page.evaluate("window.__sameDocument") is True
         assert not self.page_errors
+
+    def test_it_puts_the_turn_in_the_address_and_says_when_a_new_turn_arrives(self) -> None:
+        turns = 8
+        session = self._session(turns=turns)
+        page = self.page
+        base = session.get_absolute_url()
+        # A shared address opens the page at that turn.
+        self.open(f"{base}?turn=5#tab-messages")
+        page.wait_for_selector('#live-state[data-state="live"]', timeout=10_000)
+        self._assert_panels_at(session, Turn.objects.get(session=session, number=5))
+        assert page.is_visible("#fate-page")
+        # Travelling moves the address with it (the tab stays), following the latest drops it.
+        page.click('.tabs [data-tab="flow"]')
+        page.click('#turns-live tr[data-turn="3"]')
+        page.wait_for_selector('#time-bar[data-turn="3"][data-live="0"]')
+        page.wait_for_function("location.search === '?turn=3'", timeout=5_000)
+        assert page.evaluate("location.hash") == "#tab-flow"
+        assert page.text_content("#time-bar [data-turn-count]") == str(turns)
+        assert page.is_hidden("#time-bar-news")
+
+        # A turn arrives while turn 3 is shown: the bar counts it and says so.
+        self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(turns), *tool_turn(turns + 1, output_bytes=900)]})
+        self.api("POST", f"sessions/{session.pk}/prepare")
+        page.wait_for_function(f"document.getElementById('stats').dataset.turns === '{turns + 1}'", timeout=10_000)
+        page.wait_for_selector("#time-bar-news:not([hidden])", timeout=5_000)
+        assert page.text_content("#time-bar [data-turn-count]") == str(turns + 1)
+        assert f"turn {turns + 1} arrived while you look at turn 3" in page.text_content("#time-bar-news")
+        assert page.get_attribute("#scrubber", "max") == str(turns + 1)
+        assert page.get_attribute("#flow-pinned", "data-turn") == "3"
+
+        page.click("#follow-latest")
+        page.wait_for_selector(f'#time-bar[data-live="1"][data-turn="{turns + 1}"]')
+        page.wait_for_function("location.search === ''", timeout=5_000)
+        assert not self.page_errors

@@ -75,11 +75,50 @@ def system_prompt_tokens(tokenizer: str, system_prompt: str) -> int:
 
 
 def latest_turn_inputs(turn: Turn | None) -> dict[str, Any]:
-    """What the gauge takes from the latest turn: its number, its payload's layers and last message."""
+    """What the gauge takes from the latest turn: its number, its payload's layers and last message,
+    and what the hook decided (its outcome and, when it held a compaction back, why): the gauge
+    states the same decision as the turn's flow, never one of its own."""
     if turn is None:
-        return {"turn": None, "layers": None, "last_message_id": None}
+        return {"turn": None, "layers": None, "last_message_id": None, "held_back": "", "why": ""}
+    held_back, why = held_back_reason(turn.outcome, turn.trace)
     return {"turn": turn.number, "layers": turn.layer_tokens(),
-            "last_message_id": (turn.trace.get("payload") or {}).get("last_message_id") or None}
+            "last_message_id": (turn.trace.get("payload") or {}).get("last_message_id") or None,
+            "held_back": held_back, "why": why}
+
+
+def held_back_reason(outcome: str, trace: Mapping[str, Any]) -> tuple[str, str]:
+    """Whether a turn held a compaction back ("deferred", "nothing to compact" or "") and why, in the
+    words of its flow. A deferral for too small a gain leaves the turn's outcome "no_action": its
+    context check says "compaction deferred: …", which is what the flow shows."""
+    steps = [step for step in trace.get("steps") or [] if isinstance(step, Mapping)]
+    for step in steps:
+        text = str(step.get("outcome") or "")
+        if "deferred:" in text:
+            return "deferred", text.split("deferred:", 1)[1].strip()
+    if outcome == "compaction_deferred":
+        reasons = [str(r) for step in steps for r in step.get("reasons") or [] if "keeps every message" in str(r)]
+        return "deferred", reasons[0] if reasons else ""
+    if outcome == "nothing_to_compact":
+        for step in steps:
+            reason = (step.get("details") or {}).get("nothing_to_compact")
+            if reason:
+                return "nothing to compact", str(reason)
+        return "nothing to compact", ""
+    return "", ""
+    steps = [step for step in trace.get("steps") or [] if isinstance(step, Mapping)]
+    for step in steps:
+        text = str(step.get("outcome") or "")
+        if "deferred:" in text:
+            return text.split("deferred:", 1)[1].strip()
+    for step in steps:
+        reason = (step.get("details") or {}).get("nothing_to_compact")
+        if reason:
+            return str(reason)
+    for step in steps:
+        for reason in step.get("reasons") or []:
+            if "deferred" in reason or "keeps every message" in reason:
+                return str(reason)
+    return ""
 
 
 def pending_from_rows(session: AgentSession, last_message_id: str | None) -> dict[str, int]:
@@ -137,7 +176,8 @@ def live_view_of(session: AgentSession, manager: ContextManager, turn: Turn | No
     if turn is not None:
         latest = latest_turn_inputs(turn)
     elif previous is not None and "gauge" in previous:
-        latest = {key: previous["gauge"].get(key) for key in ("turn", "layers", "last_message_id")}
+        latest = {key: previous["gauge"].get(key)
+                  for key in ("turn", "layers", "last_message_id", "held_back", "why")}
     else:  # a session written before views existed: its latest turn, once
         latest = latest_turn_inputs(session.turns.defer("payload").order_by("-number").first())
     pending = _pending_from_engine(manager, latest["last_message_id"], unrowed)

@@ -79,9 +79,18 @@ class Command(BaseCommand):
             self.stdout.write(f"Demo session already there: {existing.get_absolute_url()}")
             return
         session = services.transcript_import(owner=user, path=source, profile=profile, title=title)
+        # The landing page tells the demo's story: a fact the user gave that compaction lost, found
+        # and checked by the session search now (nothing is claimed when there is none).
+        from contextlab.dashboard import demo_story
+
+        story = demo_story.record(session)
         self.stdout.write(
             f"Imported {source.name}: {session.turns_count} turns, {session.compactions_count} compaction(s). "
             f"Open {session.get_absolute_url()} and log in as {user.get_username()}.")
+        if story:
+            fate = "lost" if story["kind"] == "lost" else f"kept by summary v{story['version']}"
+            self.stdout.write(f"The demo's story: {story['needle']!r} (message #{story['seq']}), compacted in turn "
+                              f"{story['turn']}: {fate}.")
 
     def _demo_user(self) -> User:
         user = User.objects.filter(username="demo").first()
