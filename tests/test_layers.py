@@ -53,6 +53,8 @@ SESSIONS_WEB_FACE = {
     "contextlab.sessions.views": "the session page's views render dashboard fragments",
     "contextlab.sessions.urls": "routes to the dashboard's views under /sessions/",
     "contextlab.sessions.admin": "uses the dashboard's apply_bounds on the profile knobs",
+    "contextlab.sessions.management.commands.loaddemo": "an entry point like a view: it asks the dashboard's "
+                                                        "search which story the demo tells",
 }
 
 
