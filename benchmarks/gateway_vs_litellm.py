@@ -37,6 +37,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -198,7 +199,8 @@ def process(command: list[str], port: int, folder: Path, name: str, env: dict[st
             _wait(port, proc, log_path, name)
             yield proc
         finally:
-            proc.terminate()
+            # SIGINT: a graceful stop for every server, and what makes py-spy write its profile.
+            proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -210,12 +212,13 @@ SERVERS: dict[str, Callable[[int], list[str]]] = {
     "daphne": lambda port: [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
                             "contextlab.asgi:application"],
     "uvicorn": lambda port: [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
-                             "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level",
-                             "warning", "contextlab.asgi:application"],
+                             "--loop", "uvloop", "--http", "httptools", "--ws", "websockets", "--lifespan", "off",
+                             "--no-access-log", "--log-level", "warning", "contextlab.asgi:application"],
     "hypercorn": lambda port: [sys.executable, "-m", "hypercorn", "-b", f"127.0.0.1:{port}",
                                "contextlab.asgi:application"],
     "granian": lambda port: [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1",
-                             "--port", str(port), "--no-ws", "contextlab.asgi:application"],
+                             "--port", str(port), "--loop", "uvloop", "--log-level", "warning",
+                             "contextlab.asgi:application"],
 }
 
 SEED = """
@@ -257,7 +260,13 @@ def contextlab(folder: Path, upstream_url: str, server: str, *, scaled: bool) ->
         raise RuntimeError(f"seeding ContextLab failed:\n{seeded.stderr}")
     token = seeded.stdout.strip().splitlines()[-1]
     port = free_port()
-    with process(SERVERS[server](port), port, folder, f"contextlab-{server}-{'scaled' if scaled else 'embedded'}",
+    command = SERVERS[server](port)
+    if os.environ.get("BENCH_PROFILE"):
+        # Where ContextLab's time goes: py-spy samples the server (collapsed stacks, a file per server and mode).
+        out = f"{os.environ['BENCH_PROFILE']}-{server}-{'scaled' if scaled else 'embedded'}.txt"
+        command = [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "--rate", "250",
+                   "--nonblocking", "-o", out, "--", *command]
+    with process(command, port, folder, f"contextlab-{server}-{'scaled' if scaled else 'embedded'}",
                  env) as proc:
         yield port, token, proc.pid
 
@@ -509,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--server", default="daphne", help="ASGI servers for ContextLab, comma-separated: "
                                                           + ", ".join(SERVERS))
+    parser.add_argument("--modes", default="manage,observe", help="ContextLab's gateway modes, comma-separated")
     parser.add_argument("--scaled", action="store_true", help="also ContextLab on DATABASE_URL + REDIS_URL")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--clients", type=int, default=8)
@@ -534,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             for scaled in (False, True) if args.scaled else (False,):
                 port, token, pid = stack.enter_context(contextlab(folder, upstream_url, server, scaled=scaled))
                 label = "ContextLab" + (f" [{server}]" if len(servers) > 1 else "") + (" scaled" if scaled else "")
-                for mode in ("manage", "observe"):
+                for mode in args.modes.split(","):
                     sides.append(Side(f"{label} {mode}", port, {"Authorization": f"Bearer {token}",
                                                                "X-ContextLab-Profile": mode}, pid))
         if not args.no_litellm:
