@@ -524,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--throughput-runs", type=int, default=2)
+    parser.add_argument("--throughput-observe", action="store_true",
+                        help="observe mode in the throughput too (one call takes 0.1-1 s there)")
     parser.add_argument("--quick", action="store_true", help="10 rounds, one throughput run")
     args = parser.parse_args(argv)
     rounds = 10 if args.quick else args.rounds
@@ -557,8 +559,14 @@ def main(argv: list[str] | None = None) -> int:
         sides.append(Side("floor", floor_port, {}, floor.pid))
         if not args.no_litellm:
             print(f"LiteLLM {litellm_version()} (--num_workers 1, master key, no database)")
-        added = latency(sides, sizes, rounds)
-        tp = throughput(sides, args.clients, args.calls, runs, 100)
+        try:
+            added = latency(sides, sizes, rounds)
+            tp = throughput([s for s in sides if args.throughput_observe or not s.name.endswith(" observe")],
+                            args.clients, args.calls, runs, 100)
+        except Exception:
+            for log in sorted(folder.glob("*.log")):  # the servers' side of what went wrong
+                print(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+            raise
     report(added, tp, sides, sizes, rounds, args.clients, args.calls)
     load = os.getloadavg()
     print(f"\nload average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
