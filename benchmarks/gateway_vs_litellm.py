@@ -27,7 +27,7 @@ one side after the other (rotating, ``--throughput-runs`` times), for
 requests/s and the side's CPU per call.
 
 Run: ``.venv/bin/python benchmarks/gateway_vs_litellm.py`` (``--quick`` for a
-short run; ``--server uvicorn`` to serve ContextLab with another ASGI server).
+short run; ``--server daphne,granian`` to serve ContextLab with other ASGI servers too).
 """
 
 from __future__ import annotations
@@ -516,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--sizes", default="100,1000")
-    parser.add_argument("--server", default="daphne", help="ASGI servers for ContextLab, comma-separated: "
+    parser.add_argument("--server", default="uvicorn", help="ASGI servers for ContextLab, comma-separated: "
                                                           + ", ".join(SERVERS))
     parser.add_argument("--modes", default="manage,observe", help="ContextLab's gateway modes, comma-separated")
     parser.add_argument("--scaled", action="store_true", help="also ContextLab on DATABASE_URL + REDIS_URL")
