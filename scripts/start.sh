@@ -24,4 +24,8 @@ fi
 if [ "${CONTEXTLAB_OPEN_BROWSER:-1}" != "0" ]; then
   ( sleep 2; command -v xdg-open >/dev/null && xdg-open "$URL" >/dev/null 2>&1 || true ) &
 fi
-exec .venv/bin/daphne -b 127.0.0.1 -p "$PORT" contextlab.asgi:application
+# uvicorn with uvloop and httptools: of the ASGI servers measured (daphne, uvicorn,
+# granian, hypercorn; benchmarks/gateway_vs_litellm.py --server), the one that
+# spends the least per request; Channels' websockets run on it as on daphne.
+exec .venv/bin/uvicorn --host 127.0.0.1 --port "$PORT" --loop uvloop --http httptools --ws websockets \
+  --lifespan off --no-access-log contextlab.asgi:application

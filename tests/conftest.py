@@ -27,6 +27,16 @@ def _workspaces(settings: Any, tmp_path: Path) -> Iterator[Path]:
     yield settings.WORKSPACES_DIR
 
 
+@pytest.fixture(autouse=True)
+def _gateway_lookups() -> Iterator[None]:
+    # Each test's database starts empty (truncated, no signals): nothing a test kept may reach the next.
+    from contextlab.gateway import lookups
+
+    lookups.clear()
+    yield
+    lookups.clear()
+
+
 @pytest.fixture
 def alice(db: None) -> User:
     return User.objects.create_user("alice", "alice@example.org", "alice-password")

@@ -39,7 +39,7 @@ from contextlab import telemetry
 from contextlab.api.decorators import LAST_USED_RESOLUTION
 from contextlab.api.models import ApiToken, hash_token
 from contextlab.engine.errors import ContextLabError, InvalidMessages, InvalidProfile
-from contextlab.gateway import history
+from contextlab.gateway import history, lookups
 from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamMisconfigured, UpstreamProvider
 from contextlab.sessions import services as sessions
 from contextlab.sessions.models import AgentProfile, AgentSession
@@ -85,12 +85,17 @@ def token_for(authorization: str) -> ApiToken | None:
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
-    token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(value.strip())).first()
+    key_hash = hash_token(value.strip())
+    token = lookups.kept(("token", key_hash),
+                         lambda: ApiToken.objects.select_related("user").filter(key_hash=key_hash).first())
     if token is None or not token.user.is_active:
         return None
     moment = now()
     if token.last_used is None or moment - token.last_used > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used=moment)
+        # The kept copy would otherwise ask for this write again on every call.
+        token.last_used = moment
+        lookups.keep(("token", key_hash), token)
     return token
 
 
@@ -117,11 +122,13 @@ def profile_for(*, owner: User, session_header: str = "", profile_header: str = 
             return session.profile
     if profile_header:
         try:
-            return sessions.profile_resolve(owner=owner, ref=profile_header)
+            return lookups.kept(("profile", owner.pk, profile_header),
+                                lambda: sessions.profile_resolve(owner=owner, ref=profile_header))
         except InvalidProfile as exc:
             raise GatewayError(400, f"you have no agent profile {profile_header!r}",
                                code="contextlab_unknown_profile", param=PROFILE_HEADER) from exc
-    routed = list(AgentProfile.objects.filter(owner=owner, upstream__isnull=False).order_by("name"))
+    routed = lookups.kept(("routed", owner.pk), lambda: list(
+        AgentProfile.objects.filter(owner=owner, upstream__isnull=False).order_by("name")))
     if len(routed) == 1:
         return routed[0]
     if not routed:
@@ -139,7 +146,7 @@ def profile_for(*, owner: User, session_header: str = "", profile_header: str = 
 
 def provider_for(profile: AgentProfile) -> tuple[UpstreamProvider, str]:
     """The profile's upstream provider and the key to send to it."""
-    provider = UpstreamProvider.objects.filter(profile=profile).first()
+    provider = lookups.kept(("provider", profile.pk), lambda: UpstreamProvider.objects.filter(profile=profile).first())
     if provider is None:
         raise GatewayError(400, f"agent profile {profile.name!r} has no upstream provider: add one in the admin "
                                 "(Gateway › Upstream providers) with the provider's base URL and key",

@@ -94,6 +94,12 @@ def _may_hold_surrogates(raw: bytes) -> bool:
     return _MAYBE_SURROGATE.search(raw) is not None
 
 
+def _may_hold_nonfinite(raw: bytes) -> bool:
+    # ``json.loads`` reads NaN and Infinity as floats; the fast encoder would
+    # write them as null. A body without those words cannot hold one.
+    return b"NaN" in raw or b"Infinity" in raw
+
+
 def _is_retry(request: HttpRequest) -> bool:
     """The OpenAI SDKs (Python, JavaScript) count their retries in this header; 0 is a first attempt."""
     count = request.headers.get("X-Stainless-Retry-Count", "").strip()
@@ -142,7 +148,8 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     start = time.perf_counter()
     try:
         answer = upstream.post_chat(provider, api_key, exchange.body, stream=exchange.stream,
-                                    trace_headers=telemetry.upstream_trace_headers(request.headers, span))
+                                    trace_headers=telemetry.upstream_trace_headers(request.headers, span),
+                                    nonfinite=_may_hold_nonfinite(request.body))
     except httpx2.TimeoutException as exc:
         return _unreachable(exchange, start, 504, f"the upstream provider did not answer within "
                                                   f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")

@@ -76,8 +76,9 @@ def _environment(folder: Path) -> dict[str, str]:
 
 @contextmanager
 def gateway_under_daphne(folder: Path, provider_base_url: str, *, knobs: dict[str, Any] | None = None,
-                         startup_timeout: float = 30.0) -> Iterator[RunningGateway]:
-    """Seed a database in ``folder``, serve the project under Daphne, stop it on exit."""
+                         startup_timeout: float = 30.0, server: str = "daphne") -> Iterator[RunningGateway]:
+    """Seed a database in ``folder``, serve the project under Daphne (or ``server``: "uvicorn",
+    as scripts/start.sh serves it), stop it on exit."""
     folder.mkdir(parents=True, exist_ok=True)
     env = _environment(folder)
     config = json.dumps({"base_url": provider_base_url, "knobs": knobs or {}})
@@ -93,8 +94,13 @@ def gateway_under_daphne(folder: Path, provider_base_url: str, *, knobs: dict[st
     listener.listen(128)
     port = listener.getsockname()[1]
     log = (folder / "daphne.log").open("wb")
+    command = {
+        "daphne": ["daphne", "--fd", str(listener.fileno()), "-v", "1"],
+        "uvicorn": ["uvicorn", "--fd", str(listener.fileno()), "--loop", "uvloop", "--http", "httptools",
+                    "--ws", "websockets", "--lifespan", "off", "--no-access-log"],
+    }[server]
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--fd", str(listener.fileno()), "-v", "1", "contextlab.asgi:application"],
+        [sys.executable, "-m", *command, "contextlab.asgi:application"],
         cwd=REPO, env=env, pass_fds=(listener.fileno(),), stdout=log, stderr=subprocess.STDOUT)
     listener.close()  # the child holds its own copy
     url = f"http://127.0.0.1:{port}"
@@ -115,11 +121,11 @@ def _wait_until_serving(url: str, process: subprocess.Popen[bytes], folder: Path
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"daphne exited:\n{(folder / 'daphne.log').read_text(errors='replace')}")
+            raise RuntimeError(f"the server exited:\n{(folder / 'daphne.log').read_text(errors='replace')}")
         try:
             # Any answer (a 401 here) means Django is up behind Daphne.
             httpx2.get(f"{url}/v1/models", timeout=2)
             return
         except httpx2.TransportError:
             time.sleep(0.1)
-    raise RuntimeError(f"daphne did not answer within {timeout} s")
+    raise RuntimeError(f"the server did not answer within {timeout} s")

@@ -23,9 +23,11 @@ def provider() -> Iterator[Provider]:
         yield stub
 
 
-@pytest.fixture
-def daphne_gateway(tmp_path, provider) -> Iterator[RunningGateway]:
-    with gateway_under_daphne(tmp_path / "asgi", provider.base_url, knobs={"max_input_length": 4_000}) as gateway:
+@pytest.fixture(params=["daphne", "uvicorn"])
+def daphne_gateway(request, tmp_path, provider) -> Iterator[RunningGateway]:
+    # Daphne (Channels' own server, and the e2e tests') and uvicorn (what scripts/start.sh serves with).
+    with gateway_under_daphne(tmp_path / "asgi", provider.base_url, knobs={"max_input_length": 4_000},
+                              server=request.param) as gateway:
         yield gateway
 
 

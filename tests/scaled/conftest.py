@@ -1,4 +1,4 @@
-"""Scaled mode for real: PostgreSQL, Redis, a celery worker and two daphne processes.
+"""Scaled mode for real: PostgreSQL, Redis, a celery worker and two uvicorn web processes.
 
 These tests run when ``CONTEXTLAB_SCALED_TESTS=1`` (scripts/test.sh sets it).
 Then PostgreSQL and Redis must be reachable on 127.0.0.1 (or at

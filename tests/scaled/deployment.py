@@ -2,7 +2,7 @@
 
 Its own PostgreSQL database (created, migrated, dropped), its own key prefix on
 the local Redis, its own workspaces folder, and real processes started and
-stopped here: daphne web processes, ``celery worker`` and ``celery beat``, each
+stopped here: uvicorn web processes, ``celery worker`` and ``celery beat``, each
 bound to 127.0.0.1. Nothing is shared with the pytest process but the files.
 """
 
@@ -194,7 +194,10 @@ class Deployment:
 
     def start_web(self, name: str, *, app: str = "tests.liveprobe:application", timeout: float = 60) -> Process:
         port = free_port()
-        process = self._start(name, [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app])
+        # Served as scripts/start.sh and the Procfile serve it.
+        process = self._start(name, [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
+                                     "--loop", "uvloop", "--http", "httptools", "--ws", "websockets",
+                                     "--lifespan", "off", "--no-access-log", app])
         process.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
