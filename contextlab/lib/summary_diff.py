@@ -4,8 +4,9 @@ Three questions a reader of summary vK asks, answered without an LLM:
 
 * what changed since v(K-1)? A diff per section (``split_sections`` lines the
   two versions up by heading) and word by word inside each section;
-* what exact detail was lost? Identifiers (paths, URLs, numbers, commands in
-  backticks, ids, error lines) present in v(K-1) and absent from vK;
+* what exact detail was lost? Identifiers (``contextlab.engine.identifiers``:
+  paths, URLs, codes, ids, numbers, names...) present in v(K-1) and absent
+  from vK and from the files it names;
 * what may have been invented? Sentences of vK whose significant words mostly
   appear in no source: neither the messages compacted into vK nor v(K-1).
 """
@@ -17,6 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from contextlab.engine import identifiers as identifiers_module
 from contextlab.engine.validity import split_sections
 
 Op = tuple[str, str]  # ("equal" | "insert" | "delete", text)
@@ -71,78 +73,22 @@ def apply_source(ops: Iterable[Op]) -> str:
 
 # -- identifiers -----------------------------------------------------------------------
 
-_URL = re.compile(r"https?://[^\s<>\"'`)\]}]+")
-_PATH = re.compile(
-    r"(?<![\w/.~-])(?:~|\.{1,2})?/(?:[\w.@%+-]+/)*[\w.@%+-]+"  # /abs, ./rel, ~/home
-    r"|(?<![\w/.-])[\w.-]+(?:/[\w.@%+-]+)+\.[A-Za-z0-9]{1,8}\b"  # src/app/main.py
-    r"|[A-Za-z]:\\[^\s`'\"]+"  # C:\Windows\path
-)
-_CODE = re.compile(r"`([^`\n]{2,200})`")
-_NUMBER = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)+|\d{2,})(?![\w])")
-_HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
-_ERROR_LINE = re.compile(
-    r"\b[A-Z]\w*(?:Error|Exception)\b|\bTraceback\b|\b(?:error|failed|fatal|denied|refused|timed out)\b"
-    r"|错误|失败|异常|报错",
-    re.IGNORECASE,
-)
-_TRAILING = ".,;:!?)]}'\"。，；：！？）"
-
-
-@dataclass(frozen=True, slots=True)
-class Identifier:
-    kind: str  # url | path | code | number | id | error
-    value: str
-
-
-def _add(found: dict[tuple[str, str], Identifier], kind: str, value: str) -> None:
-    value = value.strip().rstrip(_TRAILING).strip()
-    if len(value) >= 2 and (kind, value) not in found:
-        found[(kind, value)] = Identifier(kind, value)
+# The one definition of an identifier (the loss check and the search use it too).
+Identifier = identifiers_module.Identifier
 
 
 def identifiers(text: str) -> list[Identifier]:
-    """The exact details a summary must keep, in order of appearance."""
-    found: dict[tuple[str, str], Identifier] = {}
-    for line in text.split("\n"):
-        body = line.strip()
-        if not body or body.startswith("#"):
-            continue
-        if _ERROR_LINE.search(body):
-            # The error as written, without the bullet and label in front.
-            error = re.sub(r"^(?:[-*+]\s+|\d+[.)]\s+|\[[ xX]\]\s+)*", "", body)
-            _add(found, "error", error[:160])
-        rest = body
-        for match in _URL.finditer(rest):
-            _add(found, "url", match.group())
-        rest = _URL.sub(" ", rest)
-        for match in _CODE.finditer(rest):
-            _add(found, "code", match.group(1))
-        for match in _PATH.finditer(rest):
-            _add(found, "path", match.group())
-        rest = _PATH.sub(" ", rest)
-        for match in _HEX_ID.finditer(rest):
-            _add(found, "id", match.group())
-        rest = _HEX_ID.sub(" ", rest)
-        for match in _NUMBER.finditer(rest):
-            _add(found, "number", match.group())
-    return list(found.values())
+    """The exact details a summary must keep, in order of appearance (headings left out)."""
+    body = "\n".join(line for line in text.split("\n") if not line.lstrip().startswith("#"))
+    return identifiers_module.text_identifiers(body)
 
 
-def _present(ident: Identifier, text: str) -> bool:
-    if ident.value in text:
-        return True
-    if ident.kind == "number" and "," in ident.value:
-        return ident.value.replace(",", "") in text
-    if ident.kind == "number":
-        # 12800 written as 12,800 in the newer version is not a loss.
-        grouped = f"{int(ident.value):,}" if ident.value.isdigit() else ident.value
-        return grouped in text
-    return False
-
-
-def lost_identifiers(old: str, new: str) -> list[Identifier]:
-    """Identifiers of ``old`` that ``new`` no longer contains (as text, anywhere)."""
-    return [ident for ident in identifiers(old) if not _present(ident, new)]
+def lost_identifiers(old: str, new: str, kept_elsewhere: Sequence[str] = ()) -> list[Identifier]:
+    """Identifiers of ``old`` that neither ``new`` nor a file it names (``kept_elsewhere``,
+    the texts of the identifier index and offloaded outputs) still contains."""
+    texts = [identifiers_module.fold(t) for t in (new, *kept_elsewhere)]
+    return [ident for ident in identifiers(old)
+            if not any(identifiers_module.mentions(ident.value, t, folded=True) for t in texts)]
 
 
 # -- support -----------------------------------------------------------------------
@@ -243,7 +189,7 @@ class SectionDiff:
     lost: list[Identifier]
 
 
-def section_diffs(old: str, new: str) -> list[SectionDiff]:
+def section_diffs(old: str, new: str, kept_elsewhere: Sequence[str] = ()) -> list[SectionDiff]:
     """Each section of ``new`` (in its order, then sections only ``old`` has) against ``old``."""
     before = split_sections(old) if old else {}
     after = split_sections(new)
@@ -257,7 +203,7 @@ def section_diffs(old: str, new: str) -> list[SectionDiff]:
         else:
             status = "same" if old_body == new_body else "changed"
         ops = word_diff(old_body or "", new_body or "")
-        lost = lost_identifiers(old_body, new or "") if old_body else []
+        lost = lost_identifiers(old_body, new or "", kept_elsewhere) if old_body else []
         result.append(SectionDiff(heading or "(before the first heading)", status, ops, lost))
     return result
 

@@ -693,6 +693,9 @@ class SummaryVersion(models.Model):
     # text nor in a file it names ({kind, value, message_id}); None: not checked yet.
     lost_at_compaction = models.JSONField(null=True, blank=True)
     lost_count = models.PositiveIntegerField(null=True, blank=True)
+    # What the loss check searched and what it could not ({checked, checked_kinds,
+    # unchecked: [{what, count, why}], references}); None: not checked by this check yet.
+    loss_scope = models.JSONField(null=True, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:
@@ -707,7 +710,18 @@ class SummaryVersion(models.Model):
     def to_dict(self) -> dict[str, Any]:
         return {"version": self.version, "text": self.text, "turn": self.turn, "trigger": self.trigger,
                 "compactor": self.compactor, "fallback": self.fallback, "compacted_ids": self.compacted_ids,
-                "created": self.created.isoformat()}
+                "created": self.created.isoformat(), "loss": self.loss()}
+
+    def loss(self) -> dict[str, Any] | None:
+        """The loss check's verdict on this version as data; None: not checked yet."""
+        if self.loss_scope is None or self.lost_count is None:
+            return None
+        unchecked = list(self.loss_scope.get("unchecked") or [])
+        return {"lost": list(self.lost_at_compaction or []), "lost_count": self.lost_count,
+                "checked": int(self.loss_scope.get("checked") or 0),
+                "checked_kinds": list(self.loss_scope.get("checked_kinds") or []), "unchecked": unchecked,
+                "references": list(self.loss_scope.get("references") or []),
+                "nothing_lost": self.lost_count == 0 and not unchecked}
 
 
 class OffloadedFile(models.Model):

@@ -64,10 +64,17 @@ def test_it_finds_identifiers():
     found = {(i.kind, i.value) for i in summary_diff.identifiers(V1)}
     assert ("path", "/srv/app/config/settings.yaml") in found
     assert ("url", "https://ci.example.org/job/42/console") in found
-    assert ("code", "make t1") in found
+    assert ("command", "make t1") in found
     assert ("number", "12,800") in found
-    assert ("number", "6.0.1") in found
-    assert any(kind == "error" and "ModuleNotFoundError" in value for kind, value in found)
+    assert ("version", "6.0.1") in found
+    assert ("error", "ModuleNotFoundError") in found
+    assert ("email", "ops@example.org") in found and ("symbol", "PyYAML") in found
+
+
+def test_it_keeps_what_a_file_the_new_version_names_still_holds():
+    index = "- `/srv/app/config/settings.yaml`"
+    assert summary_diff.lost_identifiers(V1, V2, [index]) == []
+    assert summary_diff.lost_identifiers("- see dialog/identifiers.md", "- nothing") == []
 
 
 def test_it_flags_a_removed_path_and_not_a_kept_one():

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 from contextlab.dashboard.fragments import first_text
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
 from contextlab.lib import summary_diff
-from contextlab.sessions import compaction_loss
+from contextlab.sessions import loss_records
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion
 
 SIZE_BARS = 80  # versions drawn in the size chart (the newest)
@@ -39,7 +39,7 @@ def _lost_at_compaction(session: AgentSession, version: SummaryVersion) -> dict[
     seqs = dict(SessionMessage.objects.filter(session=session, message_id__in={f["message_id"] for f in flags})
                 .order_by().values_list("message_id", "seq"))
     return {"compaction_lost": [{**f, "seq": seqs.get(f["message_id"])} for f in flags],
-            "compaction_lost_count": version.lost_count or 0}
+            "compaction_lost_count": version.lost_count or 0, "compaction_loss": version.loss()}
 
 
 @require_GET
@@ -47,7 +47,7 @@ def _lost_at_compaction(session: AgentSession, version: SummaryVersion) -> dict[
 def session_summaries(request: AuthenticatedHttpRequest, session_id: UUID) -> HttpResponse:
     session = session_for_user(request, session_id)
     # Versions written before the check existed (or restored from a bundle) are checked now, once.
-    compaction_loss.record(session)
+    loss_records.record(session)
     sizes = list(session.summary_versions.order_by("version")
                  .annotate(chars=Length("text")).values("version", "turn", "chars", "compactor", "fallback"))
     context: dict[str, Any] = {"session": session, "versions": sizes, "current": None}
@@ -61,13 +61,15 @@ def session_summaries(request: AuthenticatedHttpRequest, session_id: UUID) -> Ht
     previous = session.summary_versions.filter(version__lt=number).order_by("-version").first()
     old_text = previous.text if previous else ""
     sources = _sources(session, current) + ([old_text] if old_text else [])
+    # What the new version names (the identifier index, offloaded outputs) still holds what it dropped.
+    elsewhere = [text for _, text in loss_records.kept_texts(session, current.text)[0]]
     biggest = max(s["chars"] for s in sizes) or 1
     shown = sizes[-SIZE_BARS:]
     context.update({
         "current": current,
         "previous": previous,
-        "sections": summary_diff.section_diffs(old_text, current.text),
-        "lost": summary_diff.lost_identifiers(old_text, current.text) if previous else [],
+        "sections": summary_diff.section_diffs(old_text, current.text, elsewhere),
+        "lost": summary_diff.lost_identifiers(old_text, current.text, elsewhere) if previous else [],
         "unsupported": summary_diff.unsupported_sentences(current.text, sources),
         "source_count": len(current.compacted_ids or []),
         **_lost_at_compaction(session, current),
