@@ -19,7 +19,10 @@ from contextlab.lib import loss_check
 from contextlab.lib.loss_check import Unchecked
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion
 
-REFERENCE_BYTES = 4 * 1024 * 1024  # of named files read per version, together
+REFERENCE_BYTES = 4 * 1024 * 1024  # of named offloaded outputs read per version, together
+# The index grows with every compaction of a session and holds what summaries dropped: it has
+# a budget of its own, so a long session's index is not skipped for the outputs' sake.
+INDEX_BYTES = 32 * 1024 * 1024
 
 
 def kept_texts(session: AgentSession, summary: str, *, budget: int = REFERENCE_BYTES
@@ -37,11 +40,13 @@ def kept_texts(session: AgentSession, summary: str, *, budget: int = REFERENCE_B
                                                        "what only it could hold is counted as lost"))
             continue
         size = path.stat().st_size
-        if size > budget:
+        limit = INDEX_BYTES if name == INDEX_FILE else budget
+        if size > limit:
             unread.append(Unchecked(f"file {name}", 1, f"{size:,} bytes, over what one check reads "
-                                                       f"({REFERENCE_BYTES:,}): what only it holds is counted as lost"))
+                                                       f"({limit:,}): what only it holds is counted as lost"))
             continue
-        budget -= size
+        if name != INDEX_FILE:
+            budget -= size
         found.append((name, path.read_text(encoding="utf-8", errors="replace")))
     return found, unread
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage, SummaryVersion
-from tests.conversations import answer, tool_turn
+from tests.conversations import answer, lose_the_index, many_codes, tool_turn
 from tests.e2e.browser import BrowserTestCase
 
 SMALL = {"max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400}
@@ -18,7 +18,10 @@ class CompactionLossTests(BrowserTestCase):
         for i in range(1, 12):
             services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
                                                                 *tool_turn(i, output_bytes=1_500)])
+            if i == 2:
+                services.messages_append(session=session, messages=[many_codes()])
             services.session_prepare(session=session)
+        lose_the_index(session)
         version = SummaryVersion.objects.filter(session=session, lost_count__gt=0).order_by("version").first()
         assert version is not None
         total = sum(SummaryVersion.objects.filter(session=session).values_list("lost_count", flat=True))
