@@ -39,6 +39,11 @@ benchmark measures against):
 * **code**: a token of letters and digits mixed (``ZZ9PLZ``, ``t10``,
   ``W2378156``, ``INC-4242``): booking codes, ticket and order ids.
 * **quoted**: a short name in quotes (``"Project Falcon"``, ``'blue-green'``).
+* **token**: any other whitespace-separated word (its surrounding punctuation
+  and terminal colours stripped) with a letter and a digit, a ``/``, ``_``,
+  ``@``, ``=``, an inner ``.`` or ``:``, or an inner capital (``try/rescue``,
+  ``ash.uuid.generate``, ``--priority=2``, ``iPhone``): the rest of what a
+  user could search for.
 
 This is the one definition of "identifier" of ContextLab: the summary index
 (``INDEX_FILE``), the loss check of every summary version and the search's
@@ -63,7 +68,7 @@ from pathlib import Path
 from contextlab.engine.messages import MediaBlock, Message, TextBlock, ThinkingBlock, ToolUseBlock
 
 KINDS: tuple[str, ...] = ("path", "command", "symbol", "error", "url", "email", "hash", "version", "code",
-                          "quoted", "number")
+                          "quoted", "number", "token")
 MAX_ARGUMENT_CHARS = 200
 MAX_COMMAND_CHARS = 80
 # Where the full list of each compaction's identifiers is written (workspace-relative).
@@ -114,6 +119,9 @@ _CODE = re.compile(r"(?<![\w./@-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:-
 _SCREAMING = re.compile(r"(?<![\w.])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 _QUOTED = re.compile(r'"([^"\n]{2,80})"|\u201c([^\u201d\n]{2,80})\u201d|(?<!\w)\'([^\'\n]{2,60})\'(?!\w)')
 _TRAILING = ".,;:!?)]}'\""
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TOKEN_EDGE = "\"'`()[]{}<>,;:.!?*#|~"
+_TOKEN_LIKE = re.compile(r"(?=.*[A-Za-z])(?:.*\d|.*[/_@=]|.*\w[.:]\w|.*[a-z][A-Z])")
 _SPACE = re.compile(r"\s+")
 # ContextLab's own files: the index, offloaded tool outputs, the dialog archive. They are
 # named in summaries and notices for the model's sake and are never a user's identifier.
@@ -173,6 +181,7 @@ def _from_text(text: str) -> Iterable[Identifier]:
     names are looked for, so a part of one identifier (``Foo.Bar`` of
     ``Foo.Bar.baz/2``, ``app_test`` of ``test/app_test.exs``) is not a second one.
     """
+    original = text
     urls = [match.group(0).rstrip(_TRAILING) for match in _URL.finditer(text)]
     text = _URL.sub(" ", text)
     emails = [match.group(0).rstrip(_TRAILING) for match in _EMAIL.finditer(text)]
@@ -208,6 +217,10 @@ def _from_text(text: str) -> Iterable[Identifier]:
         yield Identifier("number", match.group(0))
     for match in _BARE_NUMBER.finditer(_NUMBER.sub(" ", names)):
         yield Identifier("number", match.group(0))
+    for word in _ANSI.sub(" ", original).split():
+        token = word.strip(_TOKEN_EDGE)
+        if 2 <= len(token) <= 200 and _TOKEN_LIKE.match(token):
+            yield Identifier("token", token)
 
 
 def _from_call(use: ToolUseBlock, skipped: dict[str, int]) -> Iterable[Identifier]:
@@ -328,11 +341,11 @@ _LABELS: dict[str, dict[str, str]] = {
     "en": {"lead": "Identifiers from the compacted messages", "all": "all listed in",
            "path": "paths", "command": "commands", "symbol": "names", "error": "errors", "number": "numbers",
            "url": "URLs", "email": "emails", "hash": "hashes", "version": "versions", "code": "codes",
-           "quoted": "quoted names", "more": "{n} more"},
+           "quoted": "quoted names", "token": "other", "more": "{n} more"},
     "zh": {"lead": "被压缩消息中的标识符", "all": "完整列表见",
            "path": "路径", "command": "命令", "symbol": "名称", "error": "错误", "number": "数值",
            "url": "网址", "email": "邮箱", "hash": "哈希", "version": "版本", "code": "编号",
-           "quoted": "引用名称", "more": "另有 {n} 个"},
+           "quoted": "引用名称", "token": "其他", "more": "另有 {n} 个"},
 }
 
 
@@ -399,7 +412,7 @@ def keep_identifiers(
     budget = max(0, line_chars - len(lead) - len("; " + labels["more"].format(n=len(missing))))
     parts: list[str] = []
     appended = 0
-    for kind in ("code", "path", "url", "email", "symbol", "error", "hash", "version", "quoted", "command", "number"):
+    for kind in ("code", "path", "url", "email", "symbol", "error", "hash", "version", "quoted", "command", "number", "token"):
         taken: list[str] = []
         for value in by_kind[kind]:
             piece = _code(value)
