@@ -63,6 +63,90 @@ def word_diff(old: str, new: str) -> list[Op]:
     return ops
 
 
+# Below this share of words in common a rewritten line reads as two sentences, not as one edited.
+MIN_LINE_OVERLAP = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of a section's diff: a run of word ops, or a rewritten line shown as old / new.
+
+    ``kind`` "words": ``ops`` interleave what went and what came (lines that changed a little).
+    ``kind`` "lines": ``old`` and ``new`` are the two lines, each as ops, with the words only one
+    of them has marked ("delete" in ``old``, "insert" in ``new``).
+    """
+
+    kind: str
+    ops: list[Op] = field(default_factory=list)
+    old: list[Op] = field(default_factory=list)
+    new: list[Op] = field(default_factory=list)
+
+
+def word_overlap(old: str, new: str) -> float:
+    """Share of words the two lines have in common, in order (0 to 1)."""
+    a = [t for t in tokens(old) if not t.isspace()]
+    b = [t for t in tokens(new) if not t.isspace()]
+    if not a and not b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def diff_rows(old: str, new: str, *, min_overlap: float = MIN_LINE_OVERLAP) -> list[Row]:
+    """``old`` to ``new`` line by line: a replaced line with little in common (below ``min_overlap``)
+    becomes a "lines" row; everything else stays a word diff. Joining every row's target side
+    gives ``new`` back, and every source side ``old``."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    rows: list[Row] = []
+    pending_old: list[str] = []
+    pending_new: list[str] = []
+
+    def flush() -> None:
+        if pending_old or pending_new:
+            ops = word_diff("".join(pending_old), "".join(pending_new))
+            if rows and rows[-1].kind == "words":
+                rows[-1].ops.extend(ops)
+            else:
+                rows.append(Row("words", ops=ops))
+            pending_old.clear()
+            pending_new.clear()
+
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            for old_line, new_line in zip(a[i1:i2], b[j1:j2], strict=True):
+                if word_overlap(old_line, new_line) < min_overlap:
+                    flush()
+                    ops = word_diff(old_line, new_line)
+                    rows.append(Row("lines", old=_merged(op for op in ops if op[0] != "insert"),
+                                    new=_merged(op for op in ops if op[0] != "delete")))
+                else:
+                    pending_old.append(old_line)
+                    pending_new.append(new_line)
+        else:
+            pending_old.extend(a[i1:i2])
+            pending_new.extend(b[j1:j2])
+    flush()
+    return rows
+
+
+def _merged(ops: Iterable[Op]) -> list[Op]:
+    merged: list[Op] = []
+    for op, text in ops:
+        if merged and merged[-1][0] == op:
+            merged[-1] = (op, merged[-1][1] + text)
+        else:
+            merged.append((op, text))
+    return merged
+
+
+def rows_source(rows: Iterable[Row]) -> str:
+    return "".join(apply_source(r.ops) if r.kind == "words" else "".join(t for _, t in r.old) for r in rows)
+
+
+def rows_target(rows: Iterable[Row]) -> str:
+    return "".join(apply_target(r.ops) if r.kind == "words" else "".join(t for _, t in r.new) for r in rows)
+
+
 def apply_target(ops: Iterable[Op]) -> str:
     return "".join(text for op, text in ops if op != "delete")
 
@@ -187,6 +271,7 @@ class SectionDiff:
     status: str  # same | changed | added | removed
     ops: list[Op]
     lost: list[Identifier]
+    rows: list[Row] = field(default_factory=list)  # the same diff, rewritten lines shown old / new
 
 
 def section_diffs(old: str, new: str, kept_elsewhere: Sequence[str] = ()) -> list[SectionDiff]:
@@ -204,7 +289,8 @@ def section_diffs(old: str, new: str, kept_elsewhere: Sequence[str] = ()) -> lis
             status = "same" if old_body == new_body else "changed"
         ops = word_diff(old_body or "", new_body or "")
         lost = lost_identifiers(old_body, new or "", kept_elsewhere) if old_body else []
-        result.append(SectionDiff(heading or "(before the first heading)", status, ops, lost))
+        result.append(SectionDiff(heading or "(before the first heading)", status, ops, lost,
+                                  diff_rows(old_body or "", new_body or "")))
     return result
 
 
