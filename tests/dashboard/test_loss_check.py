@@ -90,6 +90,7 @@ PLANTED: dict[str, st.SearchStrategy[str]] = {
     "error": _cap.map(lambda v: v + "Error"),
     "number": st.integers(1_000, 9_999_999).map(str),
     "command": _word.map(lambda w: f"git checkout {w}"),
+    "token": st.tuples(_word, _word).map(lambda t: f"{t[0]}/{t[1]}"),
 }
 FILLER = ["please", "check", "also", "then", "and", "the", "about", "before", "we", "ship"]
 
