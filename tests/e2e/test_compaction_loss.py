@@ -62,3 +62,29 @@ class CompactionLossTests(BrowserTestCase):
         page.wait_for_selector(".search-summary")
         assert first["value"] in page.text_content(".search-summary h2")
         assert not self.page_errors
+
+    def test_the_issues_code_in_prose_is_kept_and_the_page_says_what_it_did_not_check(self) -> None:
+        # The issue's walk: a code and a path in a user's sentence, then a manual compaction.
+        session = services.session_create(owner=self.alice, system_prompt="You are a careful coding agent.",
+                                          profile=services.profile_create(owner=self.alice, name="small",
+                                                                          knobs=SMALL), title="Reservation")
+        for i in range(1, 12):
+            services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
+                                                                *tool_turn(i, output_bytes=200)])
+            if i == 3:
+                services.messages_append(session=session, messages=[
+                    {"role": "user", "content": "please also check reservation ZZ9PLZ and the file /srv/ux/audit.log"}])
+        services.compaction_run(session=session)
+        version = SummaryVersion.objects.get(session=session, version=1)
+        page = self.page
+        self.open(f"{session.get_absolute_url()}summaries/?v={version.version}")
+        section = page.locator("#lost-at-compaction")
+        # Never the green "nothing lost" while tool outputs went unsearched; what was not checked is named.
+        assert section.get_attribute("data-verdict") == "unsure"
+        assert page.locator("#lost-at-compaction .ok-note").count() == 0
+        assert "tool output" in page.text_content("#loss-unchecked")
+        assert section.locator("li.ident").count() == 0
+        # The search agrees: the code was compacted into v1, which kept it.
+        self.open(f"{session.get_absolute_url()}search?q=ZZ9PLZ")
+        assert "did not keep it" not in page.text_content("main")
+        assert not self.page_errors
