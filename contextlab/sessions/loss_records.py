@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.identifiers import INDEX_FILE
+from contextlab.engine.identifiers import INDEX_FILE, keep_identifiers
 from contextlab.engine.messages import Message
 from contextlab.lib import loss_check
 from contextlab.lib.loss_check import Unchecked
@@ -63,8 +63,13 @@ def check(session: AgentSession, version: SummaryVersion) -> loss_check.Loss:
     return check_text(session, list(version.compacted_ids or []), version.text)
 
 
-def check_text(session: AgentSession, compacted_ids: list[str], summary: str) -> loss_check.Loss:
-    """What a summary (stored, or a dry run's draft) loses of the messages it compacts."""
+def check_text(session: AgentSession, compacted_ids: list[str], summary: str, *,
+               draft: bool = False) -> loss_check.Loss:
+    """What a summary (stored, or a dry run's ``draft``) loses of the messages it compacts.
+
+    A draft's index entry is not written until it is accepted (a dry run writes no file):
+    the entry accepting it would append is searched as part of the index.
+    """
     rows = {m.message_id: m for m in SessionMessage.objects.filter(session=session, message_id__in=compacted_ids)
             .order_by().only("message_id", "role", "name", "content", "current_content", "seq", "session_id")}
     compacted: list[Message] = []
@@ -76,6 +81,12 @@ def check_text(session: AgentSession, compacted_ids: list[str], summary: str) ->
         else:
             compacted.append(message)
     references, unread = kept_texts(session, summary)
+    if draft and INDEX_FILE in summary:
+        entry = keep_identifiers(summary, compacted, version=session.summary_version + 1).index_entry or ""
+        known = dict(references)
+        known[INDEX_FILE] = known.get(INDEX_FILE, "") + entry
+        references = list(known.items())
+        unread = [u for u in unread if u.what != f"file {INDEX_FILE}"]
     if missing:
         unread.insert(0, Unchecked("compacted message", missing, "not found in the session's messages "
                                                                  "(or not readable), so not searched"))

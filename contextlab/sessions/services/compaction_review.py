@@ -163,7 +163,7 @@ def dry_run_execute(run: CompactionRun) -> None:
             return
         pins = manager.pins.to_dict()
         state_version = locked.state_version
-    loss = loss_records.check_text(session, draft.compact_ids, draft.summary) if draft.summary else None
+    loss = loss_records.check_text(session, draft.compact_ids, draft.summary, draft=True) if draft.summary else None
     with transaction.atomic():
         # Under the run's row lock, so a cancel that lands now wins or loses cleanly.
         fresh = CompactionRun.objects.select_for_update().get(pk=run.pk)
