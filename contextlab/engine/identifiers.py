@@ -211,7 +211,9 @@ def _from_text(text: str) -> Iterable[Identifier]:
     yield from (Identifier("email", email) for email in emails)
     for kind, pattern in (("hash", _HASH), ("version", _VERSION), ("code", _CODE)):
         for match in pattern.finditer(names):
-            yield Identifier(kind, match.group(0))
+            # Two characters ("q0", "A1") name nothing one would search for again.
+            if len(match.group(0)) >= 3:
+                yield Identifier(kind, match.group(0))
     yield from (Identifier("quoted", value) for value in quoted if value.strip(_TRAILING + " "))
     for match in _NUMBER.finditer(rest):
         yield Identifier("number", match.group(0))
@@ -219,7 +221,7 @@ def _from_text(text: str) -> Iterable[Identifier]:
         yield Identifier("number", match.group(0))
     for word in _ANSI.sub(" ", original).split():
         token = word.strip(_TOKEN_EDGE)
-        if 2 <= len(token) <= 200 and _TOKEN_LIKE.match(token):
+        if 3 <= len(token) <= 200 and _TOKEN_LIKE.match(token):
             yield Identifier("token", token)
 
 
