@@ -14,7 +14,8 @@ adds the three eviction strategies). For each run:
 The goal for ``contextlab`` is: compactions ≤ CoPaw's on every row, 0 over,
 0 lost. Run: ``.venv/bin/python benchmarks/compaction_count.py`` (``--quick``
 replays the 8,000 window only; ``--only NAME`` keeps transcripts whose path
-contains NAME).
+contains NAME; ``--generated`` replays the corpus built to make the claim hard,
+``tests/engine/hard_corpus.py``, instead of the shared one).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from contextlab.engine.profile import Profile  # noqa: E402
 from contextlab.engine.replay import replay_transcript  # noqa: E402
 from contextlab.engine.verify import verify_replay  # noqa: E402
 from tests.corpus import TRANSCRIPTS, corpus_path  # noqa: E402
+from tests.engine.hard_corpus import SCENARIOS, write_transcript  # noqa: E402
 
 WINDOWS = (8_000, 16_000, 32_000)
 BASE_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -49,7 +51,7 @@ EVICTION_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = tuple(
 
 
 def run(relative: str, window: int, changes: dict[str, Any], folder: Path) -> dict[str, int]:
-    path = corpus_path(relative)
+    path = Path(relative) if Path(relative).is_absolute() else corpus_path(relative)
     profile = Profile(max_input_length=window).replace(**changes)
     report = replay_transcript(path, folder, profile=profile, overwrite=True)
     over = 0
@@ -77,10 +79,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the 8,000-token window only")
     parser.add_argument("--eviction", action="store_true", help="add the three eviction strategies")
     parser.add_argument("--only", default="", help="transcripts whose path contains this")
+    parser.add_argument("--generated", action="store_true", help="the generated hard corpus instead")
     args = parser.parse_args()
     windows = WINDOWS[:1] if args.quick else WINDOWS
     variants = BASE_VARIANTS + (EVICTION_VARIANTS if args.eviction else ())
     transcripts = [t for t in TRANSCRIPTS if args.only in t]
+    if args.generated:
+        return generated(windows, variants, args.only)
     print(f"machine: {platform.machine()}, {platform.system()}, Python {platform.python_version()}, "
           f"{os.cpu_count()} CPU(s)\n")
     columns = ["transcript", "window", "turns"]
@@ -121,6 +126,27 @@ def main() -> int:
         print(f"{name}: {compactions_total[name]} compactions in all; payload's mean share of the window, "
               f"averaged over the rows where CoPaw compacts: {mean:.0%}")
     return 0
+
+
+def generated(windows: tuple[int, ...], variants: tuple[tuple[str, dict[str, Any]], ...], only: str) -> int:
+    """The generated corpus: one transcript per scenario and window (each is made for its window)."""
+    print("| scenario | window | turns | " + " | ".join(f"{name} compactions | {name} over" for name, _ in variants)
+          + " | contextlab ≤ copaw |")
+    print("|---|---:|---:|" + "---:|---:|" * len(variants) + "---|")
+    rows = held = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in (n for n in SCENARIOS if only in n):
+            for window in windows:
+                path = write_transcript(name, window, Path(tmp))
+                results = {v: run(str(path), window, changes, Path(tmp) / f"{v}-{name}-{window}")
+                           for v, changes in variants}
+                ok = results["contextlab"]["compactions"] <= results["copaw"]["compactions"]
+                rows, held = rows + 1, held + ok
+                print(f"| {name} | {window:,} | {results['copaw']['turns']} | "
+                      + " | ".join(f"{results[v]['compactions']} | {results[v]['over']}" for v, _ in variants)
+                      + f" | {'yes' if ok else 'NO'} |", flush=True)
+    print(f"\ncontextlab compactions ≤ copaw on {held}/{rows} rows")
+    return 0 if held == rows else 1
 
 
 if __name__ == "__main__":

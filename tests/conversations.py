@@ -41,3 +41,20 @@ def tool_turn(i: int, *, output_bytes: int = 800, tool: str = "run_shell") -> li
 
 def answer(i: int) -> dict[str, Any]:
     return {"role": "assistant", "content": f"Target t{i} built without errors."}
+
+
+def many_codes(count: int = 120) -> dict[str, Any]:
+    """A user message with more booking codes than a small window's summary line holds: the
+    post-check puts the rest in the identifier index only."""
+    return {"role": "user", "content": "Rebook " + " ".join(f"BK{n:03d}Z" for n in range(count)) + "."}
+
+
+def lose_the_index(session: Any) -> None:
+    """Delete the session's identifier index and check every summary version again: what only
+    the index held is lost (the check reads what the model could read again)."""
+    from contextlab.engine.identifiers import INDEX_FILE
+    from contextlab.sessions import loss_records
+
+    (session.workspace / INDEX_FILE).unlink()
+    session.summary_versions.update(loss_scope=None)
+    loss_records.record(session)

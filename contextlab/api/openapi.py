@@ -18,6 +18,7 @@ from django.db import models
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from contextlab import providers
+from contextlab.engine.identifiers import KINDS as IDENTIFIER_KINDS
 from contextlab.engine.messages import ROLES
 from contextlab.engine.pins import MAX_FACT_CHARS
 from contextlab.engine.profile import BOUNDS, POLICIES, known_timezones
@@ -407,6 +408,22 @@ SCHEMAS: dict[str, Any] = {
         "version": _INT, "text": _STR, "turn": _INT, "trigger": _STR, "compactor": _STR,
         "fallback": {"type": "boolean"}, "compacted_ids": {"type": "array", "items": _STR},
         "created": {"type": "string", "format": "date-time"},
+        "loss": {**_answer({
+            "lost": {"type": "array", "description": "identifiers of the compacted messages kept neither by "
+                     "this version nor by a file it names (the first 200)",
+                     "items": _answer({"kind": _enum(list(IDENTIFIER_KINDS)), "value": _STR, "message_id": _STR})},
+            "lost_count": {**_INT, "description": "all of them, however many are listed"},
+            "checked": {**_INT, "description": "distinct identifiers searched for"},
+            "checked_kinds": {"type": "array", "items": _enum(list(IDENTIFIER_KINDS)),
+                              "description": "the kinds of identifier the check recognises"},
+            "unchecked": {"type": "array", "description": "what the check could not search, and why; a verdict "
+                          "with anything here is never 'nothing lost'",
+                          "items": _answer({"what": _STR, "count": _INT, "why": _STR})},
+            "references": {"type": "array", "items": _STR,
+                           "description": "the files this version names that were searched too"},
+            "nothing_lost": {"type": "boolean",
+                             "description": "true only when every identifier was searched for and each is kept"},
+        }), "nullable": True, "description": "the loss check's verdict on this version (null: not checked)"},
     }),
     "CompactionRun": _answer_with_optional({
         "id": _INT, "kind": _enum(CompactionRun.Kind.values), "status": _enum(CompactionRun.Status.values),

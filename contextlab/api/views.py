@@ -33,7 +33,7 @@ from contextlab.api.openapi import (
 )
 from contextlab.engine.errors import InvalidProfile
 from contextlab.engine.pins import MAX_FACT_CHARS
-from contextlab.sessions import services
+from contextlab.sessions import loss_records, services
 from contextlab.sessions.models import AgentProfile, AgentSession, CompactionRun, Turn
 from contextlab.sessions.services.inputs import MAX_INSTRUCTION_LENGTH
 
@@ -393,6 +393,7 @@ def session_turn(request: ApiRequest, session_id: UUID, number: int) -> HttpResp
 @authorize
 def session_summaries(request: ApiRequest, session_id: UUID) -> HttpResponse:
     session = _session(request, session_id)
+    loss_records.record(session)  # versions not checked yet (or by an older check) are checked now, once
     return JsonResponse({"current_version": session.summary_version,
                          "summaries": [s.to_dict() for s in session.summary_versions.order_by("version")]})
 

@@ -4,15 +4,17 @@ tool-name lists as plain text, and the owner's unique names."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 from django.contrib.auth.models import User
 from django.core.exceptions import FieldDoesNotExist
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from contextlab import providers
-from contextlab.engine.profile import BOUNDS, Bound
+from contextlab.engine.profile import BOUNDS, Bound, bound_problem
 from contextlab.sessions.models import LIST_KNOBS, PROFILE_KNOBS, AgentProfile
 
 
@@ -57,6 +59,14 @@ class ToolNamesField(forms.CharField):
 
     def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
         text = super().to_python(value) or ""
+        if text.strip().startswith("["):
+            # A JSON list, as the admin used to ask for, is read as one.
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
+                return [name.strip() for name in parsed if name.strip()]
         names = [part.strip() for chunk in text.splitlines() for part in chunk.split(",")]
         return [name for name in names if name]
 
@@ -84,6 +94,10 @@ def apply_bounds(name: str, field: forms.Field) -> None:
     if bound is None or not isinstance(field.widget, forms.NumberInput):
         return
     integer = isinstance(field, forms.IntegerField) and not isinstance(field, forms.FloatField | forms.DecimalField)
+    # One message per knob, from the engine: Django's own range checks said "≥ 0" for a
+    # positive integer whose real bound is 1, and a second message beside the engine's.
+    field.validators = [v for v in field.validators
+                        if not isinstance(v, MinValueValidator | MaxValueValidator)] + [_BoundValidator(name)]
     field.widget.attrs.update({
         "min": int(bound.low) if integer else bound.low,
         "max": int(bound.high) if integer else bound.high,
@@ -93,6 +107,18 @@ def apply_bounds(name: str, field: forms.Field) -> None:
         "data-step": 1 if integer else _arrow_step(bound),
     })
     field.help_text = f"{bound.help} ({_fmt(bound.low)} to {_fmt(bound.high)})"
+
+
+class _BoundValidator:
+    """The engine's bound on one knob, as a form field validator."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, value: Any) -> None:
+        problem = bound_problem(self.name, value) if value is not None else None
+        if problem is not None:
+            raise forms.ValidationError(problem.message, code="bound")
 
 
 def _arrow_step(bound: Bound) -> float:

@@ -16,7 +16,9 @@ from typing import Any
 
 from django.db.models import Q
 
+from contextlab.engine.identifiers import mentions
 from contextlab.lib.blocks import first_text
+from contextlab.sessions import loss_records
 from contextlab.sessions.models import AgentSession, OffloadedFile, SessionMessage
 
 MAX_QUERY = 200
@@ -117,10 +119,19 @@ def search_session(session: AgentSession, query: str) -> SearchResult:
     low = needle.lower()
 
     summaries = list(session.summary_versions.order_by("version").values_list("version", "turn", "text"))
-    contains = {version: low in text.lower() for version, _, text in summaries}
+    # The loss check's own test ("mentions") on the same texts (the summary and the files it
+    # names, the identifier index first): search and check cannot disagree about a string.
+    contains = {version: mentions(needle, text) for version, _, text in summaries}
+    kept_in: dict[int, str] = {}
+    for version, _, text in summaries:
+        if not contains[version]:
+            named = next((name for name, body in loss_records.kept_texts(session, text)[0]
+                          if mentions(needle, body)), None)
+            if named:
+                kept_in[version] = named
     for version, turn, text in summaries:
         result.summaries.append({"version": version, "turn": turn, "contains": contains[version],
-                                 "snippet": snippet(text, needle)})
+                                 "kept_in": kept_in.get(version), "snippet": snippet(text, needle)})
 
     offloaded: dict[str, list[OffloadedFile]] = {}
     for file in session.offloaded_files.all():
@@ -146,7 +157,7 @@ def search_session(session: AgentSession, query: str) -> SearchResult:
             result.limited = True
             continue
         hit = MessageHit(message, in_original, in_current, snippet(original if in_original else current, needle))
-        hit.history = _history(message, in_current, offloaded.get(message.message_id, []), contains)
+        hit.history = _history(message, in_current, offloaded.get(message.message_id, []), contains, kept_in)
         # The ingested content is no longer needed; keep the page's memory small.
         message.content = None
         result.messages.append(hit)
@@ -175,7 +186,7 @@ def search_session(session: AgentSession, query: str) -> SearchResult:
 
 
 def _history(message: SessionMessage, in_current: bool, files: list[OffloadedFile],
-             contains: dict[int, bool]) -> list[dict[str, Any]]:
+             contains: dict[int, bool], kept_in: dict[int, str] | None = None) -> list[dict[str, Any]]:
     """The string's story in this message, oldest first."""
     events: list[dict[str, Any]] = []
     ingested = next((e for e in message.fate or [] if e.get("event") == "ingested"), None)
@@ -205,13 +216,20 @@ def _history(message: SessionMessage, in_current: bool, files: list[OffloadedFil
             last_turn = message.compacted_turn - 1
             events.append({"kind": "present", "text": f"present from turn {first_turn} until turn {last_turn}"
                            if last_turn >= first_turn else "never sent before its compaction"})
+        named = (kept_in or {}).get(version or -1)
         said = contains.get(version or -1)
-        events.append({"kind": "compacted" if said else "lost",
-                       "text": f"compacted in turn {message.compacted_turn} into summary v{version}, which "
-                               + ("says it" if said else "does not say it")})
-        later = [v for v, has in contains.items() if version is not None and v > version]
-        if said and later and not all(contains[v] for v in later):
-            dropped = next(v for v in sorted(later) if not contains[v])
+        if named and not said:
+            events.append({"kind": "compacted", "file": named,
+                           "text": f"compacted in turn {message.compacted_turn} into summary v{version}, which "
+                                   "keeps it in the file it names:"})
+        else:
+            events.append({"kind": "compacted" if said else "lost",
+                           "text": f"compacted in turn {message.compacted_turn} into summary v{version}, which "
+                                   + ("says it" if said else "does not say it")})
+        kept = {v: has or v in (kept_in or {}) for v, has in contains.items()}
+        later = [v for v in kept if version is not None and v > version]
+        if (said or named) and later and not all(kept[v] for v in later):
+            dropped = next(v for v in sorted(later) if not kept[v])
             events.append({"kind": "lost", "text": f"dropped from the summary in v{dropped}"})
     if message.archive_file:
         events.append({"kind": "archived", "text": f"archived at {message.archive_file}:{message.archive_line}",

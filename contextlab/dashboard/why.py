@@ -76,12 +76,20 @@ def why_lost(session: AgentSession, result: SearchResult | None) -> list[Part]:
     if m.compacted_turn is not None:
         parts += [Part(", the message was compacted in "),
                   Part(f"turn {m.compacted_turn}", _turn_url(session, m.compacted_turn))]
-        contains = {s["version"]: s["contains"] for s in result.summaries}
+        # Kept: in the summary's text, or in a file it names (the identifier index).
+        contains = {s["version"]: s["contains"] or bool(s.get("kept_in")) for s in result.summaries}
+        in_text = {s["version"]: s["contains"] for s in result.summaries}
         version = m.summary_version
         if version is not None:
             kept = contains.get(version, False)
-            parts += [Part(" into "), Part(f"summary v{version}", _summary_url(session, version)),
-                      Part(", which kept it" if kept else ", which did not keep it")]
+            named = next((s["kept_in"] for s in result.summaries if s["version"] == version and s.get("kept_in")),
+                         None)
+            parts += [Part(" into "), Part(f"summary v{version}", _summary_url(session, version))]
+            if in_text.get(version) or not named:
+                parts.append(Part(", which kept it" if kept else ", which did not keep it"))
+            else:
+                # Not in the text, but in the identifier index the summary names: kept, one read away.
+                parts += [Part(", which kept it in the file it names, "), Part(named, _file_url(session, named))]
             later = sorted(v for v in contains if v > version)
             dropped = next((v for v in later if not contains[v]), None) if kept else None
             if dropped is not None:

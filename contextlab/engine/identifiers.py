@@ -30,7 +30,27 @@ benchmark measures against):
   (``Spotter.Telemetry``) and calls (``setup()``).
 * **error**: names ending in Error, Exception or Failure (``KeyError``).
 * **number**: numbers with a unit (``30 s``, ``250 ms``, ``4 GB``, ``12%``,
-  ``8000 tokens``).
+  ``8000 tokens``), and bare numbers of three digits or more (``4711``,
+  ``12,800``, ``0.25`` counts too: a decimal).
+* **url**, **email**: as written.
+* **hash**: hexadecimal runs of 7 to 64 digits mixing digits and letters
+  (commit ids, digests).
+* **version**: ``v1.2``, ``1.2.3``, ``2.0.0-rc1``.
+* **code**: a token of letters and digits mixed (``ZZ9PLZ``, ``t10``,
+  ``W2378156``, ``INC-4242``): booking codes, ticket and order ids.
+* **quoted**: a short name in quotes (``"Project Falcon"``, ``'blue-green'``).
+* **token**: any other whitespace-separated word (its surrounding punctuation
+  and terminal colours stripped) with a letter and a digit, a ``/``, ``_``,
+  ``@``, ``=``, an inner ``.`` or ``:``, or an inner capital (``try/rescue``,
+  ``ash.uuid.generate``, ``--priority=2``, ``iPhone``): the rest of what a
+  user could search for.
+
+This is the one definition of "identifier" of ContextLab: the summary index
+(``INDEX_FILE``), the loss check of every summary version and the search's
+verdict on a compacted message all use it (``text_identifiers``,
+``message_identifiers``, ``mentions``), so they cannot disagree. ContextLab's
+own file names (the index itself, offloaded ``tool_result/`` files, the
+dialog archive) are never a user's identifier (``is_internal``).
 
 A value found under two kinds counts once, under the first (in the order
 above). An identifier is *kept* by a text when the text contains it
@@ -45,9 +65,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from contextlab.engine.messages import Message, TextBlock, ToolUseBlock
+from contextlab.engine.messages import MediaBlock, Message, TextBlock, ThinkingBlock, ToolUseBlock
 
-KINDS: tuple[str, ...] = ("path", "command", "symbol", "error", "number")
+KINDS: tuple[str, ...] = ("path", "command", "symbol", "error", "url", "email", "hash", "version", "code",
+                          "quoted", "number", "token")
 MAX_ARGUMENT_CHARS = 200
 MAX_COMMAND_CHARS = 80
 # Where the full list of each compaction's identifiers is written (workspace-relative).
@@ -89,7 +110,22 @@ _NUMBER = re.compile(
     r"|(?<![\w.])\d+(?:\.\d+)?%"
     r"|\d+(?:\.\d+)?\s?(?:毫秒|秒|分钟|小时|天|周|字节)"
 )
+_BARE_NUMBER = re.compile(r"(?<![\w.,/:-])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d{3,})(?![\w/:-]|[.,]\d)")
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_HASH = re.compile(r"(?<![\w-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}(?![\w-])")
+_VERSION = re.compile(r"(?<![\w.-])(?:v\d+(?:\.\d+)*|\d+(?:\.\d+){2,})(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?(?![\w-]|\.\w)")
+# Letters and digits mixed in one token (a hyphen may join parts): booking codes, ticket ids.
+_CODE = re.compile(r"(?<![\w./@-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*(?![\w/@]|[-.]\w)")
+_SCREAMING = re.compile(r"(?<![\w.])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
+_QUOTED = re.compile(r'"([^"\n]{2,80})"|\u201c([^\u201d\n]{2,80})\u201d|(?<!\w)\'([^\'\n]{2,60})\'(?!\w)')
+_TRAILING = ".,;:!?)]}'\""
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TOKEN_EDGE = "\"'`()[]{}<>,;:.!?*#|~"
+_TOKEN_LIKE = re.compile(r"(?=.*[A-Za-z])(?:.*\d|.*[/_@=]|.*\w[.:]\w|.*[a-z][A-Z])")
 _SPACE = re.compile(r"\s+")
+# ContextLab's own files: the index, offloaded tool outputs, the dialog archive. They are
+# named in summaries and notices for the model's sake and are never a user's identifier.
+_INTERNAL = re.compile(r"^(?:\./)?(?:dialog/identifiers\.md|dialog/[\w.-]+\.jsonl|tool_result/[\w.-]+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +181,12 @@ def _from_text(text: str) -> Iterable[Identifier]:
     names are looked for, so a part of one identifier (``Foo.Bar`` of
     ``Foo.Bar.baz/2``, ``app_test`` of ``test/app_test.exs``) is not a second one.
     """
+    original = text
+    urls = [match.group(0).rstrip(_TRAILING) for match in _URL.finditer(text)]
     text = _URL.sub(" ", text)
+    emails = [match.group(0).rstrip(_TRAILING) for match in _EMAIL.finditer(text)]
+    text = _EMAIL.sub(" ", text)
+    quoted = [(m.group(1) or m.group(2) or m.group(3) or "").strip() for m in _QUOTED.finditer(text)]
 
     def span(match: re.Match[str]) -> str:
         value = (match.group(1) or match.group(2) or "").strip()
@@ -163,14 +204,28 @@ def _from_text(text: str) -> Iterable[Identifier]:
     for match in _ERROR.finditer(rest):
         yield Identifier("error", match.group(0))
     names = _PATH.sub(" ", _FILE_EXT.sub(" ", rest))
-    for pattern in (_DOTTED, _CAMEL, _SNAKE, _CALL):
+    for pattern in (_DOTTED, _CAMEL, _SNAKE, _SCREAMING, _CALL):
         for match in pattern.finditer(names):
             yield Identifier("symbol", match.group(0))
+    yield from (Identifier("url", url) for url in urls)
+    yield from (Identifier("email", email) for email in emails)
+    for kind, pattern in (("hash", _HASH), ("version", _VERSION), ("code", _CODE)):
+        for match in pattern.finditer(names):
+            # Two characters ("q0", "A1") name nothing one would search for again.
+            if len(match.group(0)) >= 3:
+                yield Identifier(kind, match.group(0))
+    yield from (Identifier("quoted", value) for value in quoted if value.strip(_TRAILING + " "))
     for match in _NUMBER.finditer(rest):
         yield Identifier("number", match.group(0))
+    for match in _BARE_NUMBER.finditer(_NUMBER.sub(" ", names)):
+        yield Identifier("number", match.group(0))
+    for word in _ANSI.sub(" ", original).split():
+        token = word.strip(_TOKEN_EDGE)
+        if 3 <= len(token) <= 200 and _TOKEN_LIKE.match(token):
+            yield Identifier("token", token)
 
 
-def _from_call(use: ToolUseBlock) -> Iterable[Identifier]:
+def _from_call(use: ToolUseBlock, skipped: dict[str, int]) -> Iterable[Identifier]:
     for key, value in use.input.items():
         if isinstance(value, list) and key in _COMMAND_ARGS and all(isinstance(v, str) for v in value):
             value = " ".join(value)
@@ -179,6 +234,7 @@ def _from_call(use: ToolUseBlock) -> Iterable[Identifier]:
         if key in _COMMAND_ARGS:
             yield Identifier("command", _command(value))
         elif len(value) > MAX_ARGUMENT_CHARS or "\n" in value.strip():
+            skipped["long tool-call argument"] = skipped.get("long tool-call argument", 0) + 1
             continue  # file contents, edit hunks: see the module docstring
         elif key in _PATH_ARGS and len(value.strip()) >= 2:
             yield Identifier("path", value.strip())
@@ -186,23 +242,80 @@ def _from_call(use: ToolUseBlock) -> Iterable[Identifier]:
             yield from _from_text(value)
 
 
+def is_internal(value: str) -> bool:
+    """ContextLab's own file names, which summaries and notices mention for the model."""
+    return bool(_INTERNAL.match(value.strip()))
+
+
+def _unique(items: Iterable[Identifier], found: dict[str, Identifier]) -> None:
+    for item in items:
+        value = item.value.strip()
+        if len(value) >= 2 and value not in found and not is_internal(value):
+            found[value] = Identifier(item.kind, value)
+
+
+def text_identifiers(text: str) -> list[Identifier]:
+    """The identifiers of one piece of prose, in order of first appearance, each value once."""
+    found: dict[str, Identifier] = {}
+    _unique(_from_text(text), found)
+    return list(found.values())
+
+
+# What ``message_identifiers`` leaves out, by what it is (the loss check reports these as unchecked).
+TOOL_OUTPUT = "tool output"
+MEDIA = "image or other media"
+THINKING = "assistant thinking"
+
+
+def message_identifiers(message: Message, skipped: dict[str, int] | None = None) -> list[Identifier]:
+    """The identifiers one message contributes (see the module docstring for where they are looked for).
+
+    ``skipped`` counts what was not searched: tool outputs, long tool-call
+    arguments, media blocks; a repaired placeholder or a system message counts nowhere.
+    """
+    skipped = {} if skipped is None else skipped
+    found: dict[str, Identifier] = {}
+    if message.is_repair or message.role == "system":
+        return []
+    if message.is_tool_result:
+        skipped[TOOL_OUTPUT] = skipped.get(TOOL_OUTPUT, 0) + 1
+        return []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            _unique(_from_text(block.text), found)
+        elif isinstance(block, ToolUseBlock):
+            _unique(_from_call(block, skipped), found)
+        elif isinstance(block, MediaBlock):
+            skipped[MEDIA] = skipped.get(MEDIA, 0) + 1
+        elif isinstance(block, ThinkingBlock):
+            skipped[THINKING] = skipped.get(THINKING, 0) + 1
+    return list(found.values())
+
+
 def extract_identifiers(messages: Sequence[Message]) -> list[Identifier]:
     """The identifiers of ``messages`` in order of first appearance, each value once."""
     found: dict[str, Identifier] = {}
     for message in messages:
-        if message.is_tool_result or message.is_repair or message.role == "system":
-            continue
-        items: list[Identifier] = []
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                items.extend(_from_text(block.text))
-            elif isinstance(block, ToolUseBlock):
-                items.extend(_from_call(block))
-        for item in items:
-            value = item.value.strip()
-            if len(value) >= 2 and value not in found:
-                found[value] = Identifier(item.kind, value)
+        _unique(message_identifiers(message), found)
     return list(found.values())
+
+
+_GROUPING = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def fold(text: str) -> str:
+    """The form ``mentions`` compares in: whitespace collapsed, case folded, and digit
+    grouping dropped (``12,800`` and ``12800`` are one number)."""
+    return _GROUPING.sub("", normalize(text).casefold())
+
+
+def mentions(value: str, text: str, *, folded: bool = False) -> bool:
+    """Whether ``text`` names ``value``, compared ``fold``-ed (case, whitespace and digit
+    grouping aside). ``folded``: ``text`` is already folded (many values looked up in one text).
+
+    The test the loss check and the search both make, so their verdicts agree.
+    """
+    return fold(value) in (text if folded else fold(text))
 
 
 def normalize(text: str) -> str:
@@ -229,10 +342,12 @@ def base_name_kept(identifier: Identifier, normalized_text: str) -> bool:
 _LABELS: dict[str, dict[str, str]] = {
     "en": {"lead": "Identifiers from the compacted messages", "all": "all listed in",
            "path": "paths", "command": "commands", "symbol": "names", "error": "errors", "number": "numbers",
-           "more": "{n} more"},
+           "url": "URLs", "email": "emails", "hash": "hashes", "version": "versions", "code": "codes",
+           "quoted": "quoted names", "token": "other", "more": "{n} more"},
     "zh": {"lead": "被压缩消息中的标识符", "all": "完整列表见",
            "path": "路径", "command": "命令", "symbol": "名称", "error": "错误", "number": "数值",
-           "more": "另有 {n} 个"},
+           "url": "网址", "email": "邮箱", "hash": "哈希", "version": "版本", "code": "编号",
+           "quoted": "引用名称", "token": "其他", "more": "另有 {n} 个"},
 }
 
 
@@ -299,7 +414,7 @@ def keep_identifiers(
     budget = max(0, line_chars - len(lead) - len("; " + labels["more"].format(n=len(missing))))
     parts: list[str] = []
     appended = 0
-    for kind in ("path", "symbol", "error", "command", "number"):
+    for kind in ("code", "path", "url", "email", "symbol", "error", "hash", "version", "quoted", "command", "number", "token"):
         taken: list[str] = []
         for value in by_kind[kind]:
             piece = _code(value)

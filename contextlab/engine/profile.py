@@ -62,6 +62,29 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
+# How far the eviction weights' sum may be from 1 (a form rounds each to a hundredth).
+WEIGHT_SUM_TOLERANCE = 0.01
+WHOLE_NUMBER_KNOBS = ("max_input_length", "recent_n", "recent_max_bytes", "old_max_bytes",
+                      "markdown_recent_max_bytes", "markdown_old_max_bytes", "retention_days",
+                      "compaction_retries", "max_message_bytes")
+
+
+def bound_problem(name: str, value: Any) -> InvalidProfile | None:
+    """The one message for a bounded knob's value, or None: the real bound and what the knob is for."""
+    bound = BOUNDS[name]
+    whole = name in WHOLE_NUMBER_KNOBS
+    kind = "a whole number" if whole else "a number"
+    rule = f"{name} must be {kind} from {_fmt(bound.low)} to {_fmt(bound.high)} ({bound.help})"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return InvalidProfile(rule, field=name)
+    if whole and not isinstance(value, int):
+        return InvalidProfile(f"{rule}; {value:g} is not whole", field=name)
+    if not bound.low <= value <= bound.high:
+        return InvalidProfile(f"{rule}; {value:g} is {'below' if value < bound.low else 'above'} that",
+                              field=name)
+    return None
+
+
 # The knobs that are text; each must be a string a database and a page can hold.
 TEXT_KNOBS: tuple[str, ...] = ("name", "policy", "tokenizer", "compactor", "compaction_base_url", "compaction_model",
                                "compaction_api_key_env", "summary_language", "timezone", "eviction_strategy")
@@ -123,6 +146,16 @@ class Profile:
     def __post_init__(self) -> None:
         self.validate()
 
+    @classmethod
+    def problems_of(cls, **values: Any) -> list[InvalidProfile]:
+        """Every problem of the profile ``values`` would make, without making it (a form shows them all)."""
+        draft = object.__new__(cls)
+        defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+                    for f in dataclasses.fields(cls) if f.init}
+        for name, value in {**defaults, **values}.items():
+            object.__setattr__(draft, name, value)
+        return draft.problems()
+
     # -- derived numbers ---------------------------------------------------------
     @property
     def threshold(self) -> int:
@@ -137,84 +170,94 @@ class Profile:
 
     # -- validation --------------------------------------------------------------
     def validate(self) -> None:
+        """Raise the first problem of ``problems`` (forms show them all at once)."""
+        for problem in self.problems():
+            raise problem
+
+    def problems(self) -> list[InvalidProfile]:
+        """Every problem of the profile, at most one per field, each stating the rule and why.
+
+        A combination (reserve below threshold, stage-2 limit below stage-1...) is
+        judged only when the knobs it combines are each within their bounds: a
+        knob out of bounds is one message, not two.
+        """
+        found: dict[str, InvalidProfile] = {}
+
+        def add(problem: InvalidProfile) -> None:
+            found.setdefault(problem.field or "profile", problem)
+
         for name in TEXT_KNOBS:
             value = getattr(self, name)
             # A client's JSON can carry any type here; str(True) must not become a setting.
             if not isinstance(value, str):
-                raise InvalidProfile(f"{name} must be a string", field=name)
-            if "\x00" in value or not encodable(value):
-                raise InvalidProfile(f"{name} holds a character that cannot be stored", field=name)
-        if self.timezone not in known_timezones():
-            raise InvalidProfile(f"unknown timezone {self.timezone!r}; use an IANA name such as Europe/Paris or UTC",
-                                 field="timezone")
-        if self.policy not in POLICIES:
-            raise InvalidProfile(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}", field="policy")
-        if self.summary_language not in LANGUAGES:
-            raise InvalidProfile(
-                f"unknown summary language {self.summary_language!r}; use en, zh or auto",
-                field="summary_language",
-            )
-        if self.eviction_strategy not in EVICTION_STRATEGIES:
-            raise InvalidProfile(
+                add(InvalidProfile(f"{name} must be a string", field=name))
+            elif "\x00" in value or not encodable(value):
+                add(InvalidProfile(f"{name} holds a character that cannot be stored", field=name))
+        if "timezone" not in found and self.timezone not in known_timezones():
+            add(InvalidProfile(f"unknown timezone {self.timezone!r}; use an IANA name such as Europe/Paris or UTC",
+                               field="timezone"))
+        if "policy" not in found and self.policy not in POLICIES:
+            add(InvalidProfile(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}", field="policy"))
+        if "summary_language" not in found and self.summary_language not in LANGUAGES:
+            add(InvalidProfile(f"unknown summary language {self.summary_language!r}; use en, zh or auto",
+                               field="summary_language"))
+        if "eviction_strategy" not in found and self.eviction_strategy not in EVICTION_STRATEGIES:
+            add(InvalidProfile(
                 f"unknown eviction strategy {self.eviction_strategy!r}; use one of {', '.join(EVICTION_STRATEGIES)}",
-                field="eviction_strategy",
-            )
-        if self.compactor not in COMPACTORS:
-            raise InvalidProfile(
-                f"unknown compactor {self.compactor!r}; use extractive or openai", field="compactor"
-            )
+                field="eviction_strategy"))
+        if "compactor" not in found and self.compactor not in COMPACTORS:
+            add(InvalidProfile(f"unknown compactor {self.compactor!r}; use extractive or openai", field="compactor"))
         if self.compaction_constrained_output not in CONSTRAINED_OUTPUTS:
-            raise InvalidProfile(
+            add(InvalidProfile(
                 f"unknown constrained output {self.compaction_constrained_output!r}; "
                 f"use one of {', '.join(CONSTRAINED_OUTPUTS)}",
-                field="compaction_constrained_output",
-            )
-        for name, bound in BOUNDS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise InvalidProfile(f"{name} must be a number", field=name)
-            if not bound.low <= value <= bound.high:
-                raise InvalidProfile(
-                    f"{name} = {value} is out of bounds ({_fmt(bound.low)} to {_fmt(bound.high)}: {bound.help})",
-                    field=name,
-                )
-        for name in ("max_input_length", "recent_n", "recent_max_bytes", "old_max_bytes",
-                     "markdown_recent_max_bytes", "markdown_old_max_bytes", "retention_days",
-                     "compaction_retries", "max_message_bytes"):
-            if not isinstance(getattr(self, name), int):
-                raise InvalidProfile(f"{name} must be a whole number", field=name)
+                field="compaction_constrained_output"))
+        for name in BOUNDS:
+            problem = bound_problem(name, getattr(self, name))
+            if problem is not None:
+                add(problem)
+        if found.keys() & {"max_input_length", "compact_ratio", "reserve_ratio"}:
+            return list(found.values())  # the combinations below need the three
         if self.reserve >= self.threshold:
-            raise InvalidProfile(
+            add(InvalidProfile(
                 f"the reserve ({self.reserve:,} tokens) must be smaller than the compaction threshold "
-                f"({self.threshold:,} tokens): lower reserve_ratio or raise compact_ratio",
-                field="reserve_ratio",
-            )
-        if self.reserve < 1:
-            raise InvalidProfile("the reserve rounds down to 0 tokens; raise reserve_ratio", field="reserve_ratio")
-        if self.old_max_bytes > self.recent_max_bytes:
-            raise InvalidProfile(
+                f"({self.threshold:,} tokens): it is what a compaction keeps, so it must fit under the line "
+                "that starts one; lower reserve_ratio or raise compact_ratio",
+                field="reserve_ratio"))
+        elif self.reserve < 1:
+            add(InvalidProfile("the reserve rounds down to 0 tokens: a compaction would keep no message; "
+                               "raise reserve_ratio", field="reserve_ratio"))
+        if not found.keys() & {"old_max_bytes", "recent_max_bytes"} and self.old_max_bytes > self.recent_max_bytes:
+            add(InvalidProfile(
                 f"old_max_bytes ({self.old_max_bytes:,}) must not exceed recent_max_bytes "
                 f"({self.recent_max_bytes:,}): stage 2 only ever cuts further",
-                field="old_max_bytes",
-            )
-        if self.markdown_old_max_bytes > self.markdown_recent_max_bytes:
-            raise InvalidProfile(
-                "markdown_old_max_bytes must not exceed markdown_recent_max_bytes",
-                field="markdown_old_max_bytes",
-            )
-        if self.policy == "eviction" and self.eviction_target_ratio >= self.compact_ratio:
-            raise InvalidProfile(
+                field="old_max_bytes"))
+        if (not found.keys() & {"markdown_old_max_bytes", "markdown_recent_max_bytes"}
+                and self.markdown_old_max_bytes > self.markdown_recent_max_bytes):
+            add(InvalidProfile(
+                f"markdown_old_max_bytes ({self.markdown_old_max_bytes:,}) must not exceed markdown_recent_max_bytes "
+                f"({self.markdown_recent_max_bytes:,}): stage 2 only ever cuts further",
+                field="markdown_old_max_bytes"))
+        if ("eviction_target_ratio" not in found and self.policy == "eviction"
+                and self.eviction_target_ratio >= self.compact_ratio):
+            add(InvalidProfile(
                 f"the eviction target ({self.eviction_target_ratio:g} of the window) must be below the "
                 f"compaction threshold ratio ({self.compact_ratio:g}): eviction starts there and frees down to it",
-                field="eviction_target_ratio",
-            )
-        if self.eviction_weight_relevance + self.eviction_weight_recency + self.eviction_weight_density <= 0:
-            raise InvalidProfile("at least one eviction weight must be above 0", field="eviction_weight_relevance")
+                field="eviction_target_ratio"))
+        weights = ("eviction_weight_relevance", "eviction_weight_recency", "eviction_weight_density")
+        if not found.keys() & set(weights):
+            total = self.eviction_weight_relevance + self.eviction_weight_recency + self.eviction_weight_density
+            if abs(total - 1) > WEIGHT_SUM_TOLERANCE:
+                add(InvalidProfile(
+                    f"the three eviction weights add up to {total:g}; they are the shares of relevance, recency "
+                    f"and density in a unit's score, so they must add up to 1 "
+                    f"(within {WEIGHT_SUM_TOLERANCE:g})",
+                    field="eviction_weight_relevance"))
         if self.compactor == "openai" and not (self.compaction_base_url or self.compaction_model):
-            raise InvalidProfile(
+            add(InvalidProfile(
                 "the openai compactor needs compaction_model (and usually compaction_base_url)",
-                field="compaction_model",
-            )
+                field="compaction_model"))
+        return list(found.values())
 
     def warnings(self) -> list[str]:
         """Legal but risky settings, shown beside the form."""

@@ -4,8 +4,9 @@ Three questions a reader of summary vK asks, answered without an LLM:
 
 * what changed since v(K-1)? A diff per section (``split_sections`` lines the
   two versions up by heading) and word by word inside each section;
-* what exact detail was lost? Identifiers (paths, URLs, numbers, commands in
-  backticks, ids, error lines) present in v(K-1) and absent from vK;
+* what exact detail was lost? Identifiers (``contextlab.engine.identifiers``:
+  paths, URLs, codes, ids, numbers, names...) present in v(K-1) and absent
+  from vK and from the files it names;
 * what may have been invented? Sentences of vK whose significant words mostly
   appear in no source: neither the messages compacted into vK nor v(K-1).
 """
@@ -17,6 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from contextlab.engine import identifiers as identifiers_module
 from contextlab.engine.validity import split_sections
 
 Op = tuple[str, str]  # ("equal" | "insert" | "delete", text)
@@ -61,6 +63,90 @@ def word_diff(old: str, new: str) -> list[Op]:
     return ops
 
 
+# Below this share of words in common a rewritten line reads as two sentences, not as one edited.
+MIN_LINE_OVERLAP = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of a section's diff: a run of word ops, or a rewritten line shown as old / new.
+
+    ``kind`` "words": ``ops`` interleave what went and what came (lines that changed a little).
+    ``kind`` "lines": ``old`` and ``new`` are the two lines, each as ops, with the words only one
+    of them has marked ("delete" in ``old``, "insert" in ``new``).
+    """
+
+    kind: str
+    ops: list[Op] = field(default_factory=list)
+    old: list[Op] = field(default_factory=list)
+    new: list[Op] = field(default_factory=list)
+
+
+def word_overlap(old: str, new: str) -> float:
+    """Share of words the two lines have in common, in order (0 to 1)."""
+    a = [t for t in tokens(old) if not t.isspace()]
+    b = [t for t in tokens(new) if not t.isspace()]
+    if not a and not b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def diff_rows(old: str, new: str, *, min_overlap: float = MIN_LINE_OVERLAP) -> list[Row]:
+    """``old`` to ``new`` line by line: a replaced line with little in common (below ``min_overlap``)
+    becomes a "lines" row; everything else stays a word diff. Joining every row's target side
+    gives ``new`` back, and every source side ``old``."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    rows: list[Row] = []
+    pending_old: list[str] = []
+    pending_new: list[str] = []
+
+    def flush() -> None:
+        if pending_old or pending_new:
+            ops = word_diff("".join(pending_old), "".join(pending_new))
+            if rows and rows[-1].kind == "words":
+                rows[-1].ops.extend(ops)
+            else:
+                rows.append(Row("words", ops=ops))
+            pending_old.clear()
+            pending_new.clear()
+
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            for old_line, new_line in zip(a[i1:i2], b[j1:j2], strict=True):
+                if word_overlap(old_line, new_line) < min_overlap:
+                    flush()
+                    ops = word_diff(old_line, new_line)
+                    rows.append(Row("lines", old=_merged(op for op in ops if op[0] != "insert"),
+                                    new=_merged(op for op in ops if op[0] != "delete")))
+                else:
+                    pending_old.append(old_line)
+                    pending_new.append(new_line)
+        else:
+            pending_old.extend(a[i1:i2])
+            pending_new.extend(b[j1:j2])
+    flush()
+    return rows
+
+
+def _merged(ops: Iterable[Op]) -> list[Op]:
+    merged: list[Op] = []
+    for op, text in ops:
+        if merged and merged[-1][0] == op:
+            merged[-1] = (op, merged[-1][1] + text)
+        else:
+            merged.append((op, text))
+    return merged
+
+
+def rows_source(rows: Iterable[Row]) -> str:
+    return "".join(apply_source(r.ops) if r.kind == "words" else "".join(t for _, t in r.old) for r in rows)
+
+
+def rows_target(rows: Iterable[Row]) -> str:
+    return "".join(apply_target(r.ops) if r.kind == "words" else "".join(t for _, t in r.new) for r in rows)
+
+
 def apply_target(ops: Iterable[Op]) -> str:
     return "".join(text for op, text in ops if op != "delete")
 
@@ -71,78 +157,22 @@ def apply_source(ops: Iterable[Op]) -> str:
 
 # -- identifiers -----------------------------------------------------------------------
 
-_URL = re.compile(r"https?://[^\s<>\"'`)\]}]+")
-_PATH = re.compile(
-    r"(?<![\w/.~-])(?:~|\.{1,2})?/(?:[\w.@%+-]+/)*[\w.@%+-]+"  # /abs, ./rel, ~/home
-    r"|(?<![\w/.-])[\w.-]+(?:/[\w.@%+-]+)+\.[A-Za-z0-9]{1,8}\b"  # src/app/main.py
-    r"|[A-Za-z]:\\[^\s`'\"]+"  # C:\Windows\path
-)
-_CODE = re.compile(r"`([^`\n]{2,200})`")
-_NUMBER = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)+|\d{2,})(?![\w])")
-_HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
-_ERROR_LINE = re.compile(
-    r"\b[A-Z]\w*(?:Error|Exception)\b|\bTraceback\b|\b(?:error|failed|fatal|denied|refused|timed out)\b"
-    r"|错误|失败|异常|报错",
-    re.IGNORECASE,
-)
-_TRAILING = ".,;:!?)]}'\"。，；：！？）"
-
-
-@dataclass(frozen=True, slots=True)
-class Identifier:
-    kind: str  # url | path | code | number | id | error
-    value: str
-
-
-def _add(found: dict[tuple[str, str], Identifier], kind: str, value: str) -> None:
-    value = value.strip().rstrip(_TRAILING).strip()
-    if len(value) >= 2 and (kind, value) not in found:
-        found[(kind, value)] = Identifier(kind, value)
+# The one definition of an identifier (the loss check and the search use it too).
+Identifier = identifiers_module.Identifier
 
 
 def identifiers(text: str) -> list[Identifier]:
-    """The exact details a summary must keep, in order of appearance."""
-    found: dict[tuple[str, str], Identifier] = {}
-    for line in text.split("\n"):
-        body = line.strip()
-        if not body or body.startswith("#"):
-            continue
-        if _ERROR_LINE.search(body):
-            # The error as written, without the bullet and label in front.
-            error = re.sub(r"^(?:[-*+]\s+|\d+[.)]\s+|\[[ xX]\]\s+)*", "", body)
-            _add(found, "error", error[:160])
-        rest = body
-        for match in _URL.finditer(rest):
-            _add(found, "url", match.group())
-        rest = _URL.sub(" ", rest)
-        for match in _CODE.finditer(rest):
-            _add(found, "code", match.group(1))
-        for match in _PATH.finditer(rest):
-            _add(found, "path", match.group())
-        rest = _PATH.sub(" ", rest)
-        for match in _HEX_ID.finditer(rest):
-            _add(found, "id", match.group())
-        rest = _HEX_ID.sub(" ", rest)
-        for match in _NUMBER.finditer(rest):
-            _add(found, "number", match.group())
-    return list(found.values())
+    """The exact details a summary must keep, in order of appearance (headings left out)."""
+    body = "\n".join(line for line in text.split("\n") if not line.lstrip().startswith("#"))
+    return identifiers_module.text_identifiers(body)
 
 
-def _present(ident: Identifier, text: str) -> bool:
-    if ident.value in text:
-        return True
-    if ident.kind == "number" and "," in ident.value:
-        return ident.value.replace(",", "") in text
-    if ident.kind == "number":
-        # 12800 written as 12,800 in the newer version is not a loss.
-        grouped = f"{int(ident.value):,}" if ident.value.isdigit() else ident.value
-        return grouped in text
-    return False
-
-
-def lost_identifiers(old: str, new: str) -> list[Identifier]:
-    """Identifiers of ``old`` that ``new`` no longer contains (as text, anywhere)."""
-    return [ident for ident in identifiers(old) if not _present(ident, new)]
+def lost_identifiers(old: str, new: str, kept_elsewhere: Sequence[str] = ()) -> list[Identifier]:
+    """Identifiers of ``old`` that neither ``new`` nor a file it names (``kept_elsewhere``,
+    the texts of the identifier index and offloaded outputs) still contains."""
+    texts = [identifiers_module.fold(t) for t in (new, *kept_elsewhere)]
+    return [ident for ident in identifiers(old)
+            if not any(identifiers_module.mentions(ident.value, t, folded=True) for t in texts)]
 
 
 # -- support -----------------------------------------------------------------------
@@ -241,9 +271,10 @@ class SectionDiff:
     status: str  # same | changed | added | removed
     ops: list[Op]
     lost: list[Identifier]
+    rows: list[Row] = field(default_factory=list)  # the same diff, rewritten lines shown old / new
 
 
-def section_diffs(old: str, new: str) -> list[SectionDiff]:
+def section_diffs(old: str, new: str, kept_elsewhere: Sequence[str] = ()) -> list[SectionDiff]:
     """Each section of ``new`` (in its order, then sections only ``old`` has) against ``old``."""
     before = split_sections(old) if old else {}
     after = split_sections(new)
@@ -257,8 +288,9 @@ def section_diffs(old: str, new: str) -> list[SectionDiff]:
         else:
             status = "same" if old_body == new_body else "changed"
         ops = word_diff(old_body or "", new_body or "")
-        lost = lost_identifiers(old_body, new or "") if old_body else []
-        result.append(SectionDiff(heading or "(before the first heading)", status, ops, lost))
+        lost = lost_identifiers(old_body, new or "", kept_elsewhere) if old_body else []
+        result.append(SectionDiff(heading or "(before the first heading)", status, ops, lost,
+                                  diff_rows(old_body or "", new_body or "")))
     return result
 
 

@@ -8,9 +8,10 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from contextlab.dashboard.forms import apply_bounds
+from contextlab.dashboard.forms import ToolNamesField, apply_bounds
 from contextlab.sessions import services
 from contextlab.sessions.models import (
+    LIST_KNOBS,
     AgentProfile,
     AgentSession,
     CompactionRun,
@@ -36,6 +37,10 @@ class AgentProfileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def formfield_for_dbfield(self, db_field: models.Field[Any, Any], request: HttpRequest,
                               **kwargs: Any) -> forms.Field | None:
+        if db_field.name in LIST_KNOBS:
+            # Tool names as text, as on the dashboard's form ("Bash, Read"), not JSON to type by hand.
+            return ToolNamesField(required=False, label=db_field.verbose_name.capitalize(),
+                                  help_text=db_field.help_text)
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
         if field is not None:
             apply_bounds(db_field.name, field)

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from contextlab.engine.profile import (
     POLICIES,
     TOKENIZERS,
     Profile,
+    bound_problem,
 )
 from contextlab.lib.textsafe import RepairingJSONDecoder
 from contextlab.sessions import payload_delta
@@ -221,16 +223,44 @@ class AgentProfile(models.Model):
                                api_key=provider.api_key(), timeout=self.compaction_timeout,
                                retries=self.compaction_retries)
 
+    def clean_fields(self, exclude: Collection[str] | None = None) -> None:
+        # Django's own range checks (a positive integer's "≥ 0") and the bound validators each
+        # add a message: a bounded knob gets the engine's one message, with the real bound and why.
+        try:
+            super().clean_fields(exclude=exclude)
+        except ValidationError as exc:
+            errors = exc.update_error_dict({})
+            for name in errors.keys() & BOUNDS.keys():
+                problem = bound_problem(name, getattr(self, name))
+                errors[name] = [ValidationError(problem.message if problem else errors[name][0].message)]
+            raise ValidationError(errors) from exc
+
     def clean(self) -> None:
         # The engine owns the rules (bounds, and combinations such as reserve ≥
-        # threshold), so the form and the admin ask it rather than repeat them.
-        try:
-            if self.compactor == "openai" or self.compaction_provider:
+        # threshold), so the form and the admin ask it rather than repeat them;
+        # every problem at once, one per field.
+        errors: dict[str, list[str]] = {}
+        if self.compactor == "openai" or self.compaction_provider:
+            try:
                 providers.provider_named(self.compaction_provider)
-            self.to_engine()
-        except InvalidProfile as exc:
-            key = exc.field if exc.field in PROFILE_KNOBS else NON_FIELD_ERRORS
-            raise ValidationError({key: exc.message}) from exc
+            except InvalidProfile as exc:
+                errors.setdefault(exc.field if exc.field in PROFILE_KNOBS else NON_FIELD_ERRORS, [exc.message])
+        values = self.knobs()
+        for name in LIST_KNOBS:
+            value = values[name]
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                errors.setdefault(name, [f"{name} must be a list of tool names"])
+            else:
+                values[name] = tuple(value)
+        values.pop("compaction_provider")
+        for problem in Profile.problems_of(name=self.name, compaction_base_url="", compaction_api_key_env="",
+                                           **values):
+            if problem.field in BOUNDS and bound_problem(problem.field, getattr(self, problem.field)) is not None:
+                continue  # the field's own validators said so (``clean_fields``): one message
+            errors.setdefault(problem.field if problem.field in PROFILE_KNOBS else NON_FIELD_ERRORS,
+                              [problem.message])
+        if errors:
+            raise ValidationError(errors)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.pk, "name": self.name, **self.knobs(),
@@ -693,6 +723,9 @@ class SummaryVersion(models.Model):
     # text nor in a file it names ({kind, value, message_id}); None: not checked yet.
     lost_at_compaction = models.JSONField(null=True, blank=True)
     lost_count = models.PositiveIntegerField(null=True, blank=True)
+    # What the loss check searched and what it could not ({checked, checked_kinds,
+    # unchecked: [{what, count, why}], references}); None: not checked by this check yet.
+    loss_scope = models.JSONField(null=True, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:
@@ -707,7 +740,18 @@ class SummaryVersion(models.Model):
     def to_dict(self) -> dict[str, Any]:
         return {"version": self.version, "text": self.text, "turn": self.turn, "trigger": self.trigger,
                 "compactor": self.compactor, "fallback": self.fallback, "compacted_ids": self.compacted_ids,
-                "created": self.created.isoformat()}
+                "created": self.created.isoformat(), "loss": self.loss()}
+
+    def loss(self) -> dict[str, Any] | None:
+        """The loss check's verdict on this version as data; None: not checked yet."""
+        if self.loss_scope is None or self.lost_count is None:
+            return None
+        unchecked = list(self.loss_scope.get("unchecked") or [])
+        return {"lost": list(self.lost_at_compaction or []), "lost_count": self.lost_count,
+                "checked": int(self.loss_scope.get("checked") or 0),
+                "checked_kinds": list(self.loss_scope.get("checked_kinds") or []), "unchecked": unchecked,
+                "references": list(self.loss_scope.get("references") or []),
+                "nothing_lost": self.lost_count == 0 and not unchecked}
 
 
 class OffloadedFile(models.Model):

@@ -135,3 +135,21 @@ def test_the_message_page_pins_a_live_message(alice_client, compactable_session)
 def test_another_user_cannot_pin_or_review(bob_client, compactable_session):
     assert bob_client.post(_url(compactable_session, "pins/"), {"action": "pin_fact", "fact": "x"}).status_code == 404
     assert bob_client.post(_url(compactable_session, "compaction/dry-run/")).status_code == 404
+
+
+def test_a_dry_runs_loss_is_the_loss_its_accepted_version_has(alice_client, compactable_session):
+    # A dry run writes no file: what its summary leaves to the identifier index is in the entry
+    # accepting it will write, not lost. Codes too many for the summary's line make sure there is one.
+    from contextlab.sessions.models import SummaryVersion
+    from tests.conversations import many_codes
+
+    session = compactable_session
+    services.messages_append(session=session, messages=[many_codes(400)])
+    services.messages_append(session=session, messages=[{"role": "user", "content": "and now the next step"}])
+    run = _draft(alice_client, session)
+    assert "BK399Z" not in run.draft["draft"]["summary"]  # neither the goal nor the line holds them all
+    assert alice_client.post(_url(session, f"compaction/runs/{run.pk}/accept/"), headers=HTMX).status_code == 200
+    session.refresh_from_db()
+    version = SummaryVersion.objects.get(session=session, version=session.summary_version)
+    assert version.lost_count == run.draft["lost_count"] == 0
+    assert "`BK399Z`" in (session.workspace / "dialog/identifiers.md").read_text()

@@ -55,7 +55,7 @@ def test_it_shows_reserve_over_threshold_on_the_reserve_field(alice_client):
 def test_it_shows_a_bound_error_on_its_field(alice_client):
     page = alice_client.post("/profiles/new/", _data(recent_n=0)).content.decode()
     errors = page[page.index('id="err-recent_n"'):]
-    assert "greater than or equal to 1" in errors[:300]
+    assert "recent_n must be a whole number from 1 to 100" in errors[:300]
 
 
 def test_it_refuses_a_name_the_owner_already_uses(alice_client, small_profile):

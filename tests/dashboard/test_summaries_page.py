@@ -72,3 +72,46 @@ def test_it_draws_the_size_of_every_version(alice_client, worked_session):
 
 def test_it_404s_a_missing_version(alice_client, worked_session):
     assert alice_client.get(f"{worked_session.get_absolute_url()}summaries/", {"v": 99}).status_code == 404
+
+
+V3 = V2.replace("- Restart the worker", "- Step 0: give you my user ID before anything else")
+
+
+def _three_versions(session):
+    _versions(session)
+    SummaryVersion.objects.create(session=session, version=3, text=V3, turn=9, compactor="extractive",
+                                  compacted_ids=[])
+
+
+def test_it_shows_a_rewritten_line_as_old_and_new_lines(alice_client, alice_session):
+    _three_versions(alice_session)
+    page = alice_client.get(f"{alice_session.get_absolute_url()}summaries/", {"v": 3}).content.decode()
+    section = page[page.index('data-section="## Next Steps"'):]
+    section = section[:section.index("</pre>")]
+    assert 'class="line-old" data-row="lines"' in section and 'class="line-new"' in section
+    old = section[section.index('class="line-old"'):section.index('class="line-new"')]
+    assert "Restart" in old and "<del>" in old and "<ins>" not in old
+    assert "give you my user ID" in section[section.index('class="line-new"'):]
+
+
+def test_it_compares_any_two_versions(alice_client, alice_session):
+    _three_versions(alice_session)
+    page = alice_client.get(f"{alice_session.get_absolute_url()}summaries/", {"v": 3, "from": 1}).content.decode()
+    assert "v3 against v1" in page
+    lost = page[page.index('id="lost"'):page.index('id="unsupported"')]
+    assert "/srv/app/config/settings.yaml" in lost  # in v1, gone by v3 (v2 is skipped)
+    assert '<option value="1" selected>' in page
+    assert alice_client.get(f"{alice_session.get_absolute_url()}summaries/", {"v": 3, "from": 9}).status_code == 404
+
+
+def test_it_exports_a_version_with_its_diff_as_markdown(alice_client, alice_session):
+    _three_versions(alice_session)
+    response = alice_client.get(f"{alice_session.get_absolute_url()}summaries/", {"v": 3, "from": 1, "format": "md"})
+    assert response["Content-Type"].startswith("text/markdown")
+    assert 'filename="summary-v3-from-v1.md"' in response["Content-Disposition"]
+    text = response.content.decode()
+    assert text.startswith("# Summary v3 against v1")
+    assert "- path `/srv/app/config/settings.yaml`" in text
+    assert "- - ~~Restart~~" in text or "~~Restart" in text
+    assert "+ - **Step 0:**" in text or "**Step" in text
+    assert V3.strip() in text

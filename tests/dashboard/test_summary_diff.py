@@ -64,10 +64,17 @@ def test_it_finds_identifiers():
     found = {(i.kind, i.value) for i in summary_diff.identifiers(V1)}
     assert ("path", "/srv/app/config/settings.yaml") in found
     assert ("url", "https://ci.example.org/job/42/console") in found
-    assert ("code", "make t1") in found
+    assert ("command", "make t1") in found
     assert ("number", "12,800") in found
-    assert ("number", "6.0.1") in found
-    assert any(kind == "error" and "ModuleNotFoundError" in value for kind, value in found)
+    assert ("version", "6.0.1") in found
+    assert ("error", "ModuleNotFoundError") in found
+    assert ("email", "ops@example.org") in found and ("symbol", "PyYAML") in found
+
+
+def test_it_keeps_what_a_file_the_new_version_names_still_holds():
+    index = "- `/srv/app/config/settings.yaml`"
+    assert summary_diff.lost_identifiers(V1, V2, [index]) == []
+    assert summary_diff.lost_identifiers("- see dialog/identifiers.md", "- nothing") == []
 
 
 def test_it_flags_a_removed_path_and_not_a_kept_one():
@@ -111,3 +118,21 @@ def test_it_supports_every_sentence_copied_from_a_source():
 def test_it_measures_sizes():
     size = summary_diff.size_of("## Goal\n- two words")
     assert (size.chars, size.words, size.lines) == (19, 5, 2)
+
+
+@given(st.lists(text, max_size=6), st.lists(text, max_size=6))
+def test_the_rows_rebuild_both_texts(old_lines, new_lines):
+    old, new = "\n".join(old_lines), "\n".join(new_lines)
+    rows = summary_diff.diff_rows(old, new)
+    assert summary_diff.rows_source(rows) == old
+    assert summary_diff.rows_target(rows) == new
+
+
+def test_it_shows_a_line_rewritten_with_low_overlap_as_two_lines():
+    old = "- Step 0: give you my user ID\n- read /srv/a.log\n"
+    new = "- look at the /srv/app/log0.txt moment.\n- read /srv/b.log\n"
+    rows = summary_diff.diff_rows(old, new)
+    assert [r.kind for r in rows] == ["lines", "words"]
+    assert "".join(t for _, t in rows[0].old) == "- Step 0: give you my user ID\n"
+    assert ("insert", "look") in rows[0].new and all(op != "insert" for op, _ in rows[0].old)
+    assert ("delete", "/srv/a.log") in rows[1].ops  # a small edit stays a word diff

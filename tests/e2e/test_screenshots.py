@@ -14,7 +14,7 @@ import pytest
 from contextlab.lib.blocks import first_text
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage, SummaryVersion, Turn
-from tests.conversations import answer, tool_turn
+from tests.conversations import answer, lose_the_index, many_codes, tool_turn
 from tests.corpus import REPO, corpus_path
 from tests.e2e.browser import BrowserTestCase
 
@@ -107,10 +107,13 @@ class ScreenshotTests(BrowserTestCase):
         for i in range(1, 13):
             services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
                                                                 *tool_turn(i, output_bytes=1_500)])
+            if i == 2:
+                services.messages_append(session=session, messages=[many_codes()])
             services.session_prepare(session=session)
         services.usage_report(session=session, turn_number=12, usage={"prompt_tokens": 2_345,
                                                                        "completion_tokens": 120})
         base = session.get_absolute_url()
+        lose_the_index(session)
         version = SummaryVersion.objects.filter(session=session, lost_count__gt=0).order_by("version").first()
         assert version is not None
         row = (SessionMessage.objects.filter(session=session, truncated_stage=2, compacted_turn__isnull=False)

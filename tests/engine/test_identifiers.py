@@ -62,12 +62,21 @@ def test_it_reads_short_tool_arguments_and_skips_file_contents_and_outputs() -> 
     assert "Hidden.Module" not in flat and "secret_fun" not in flat and "OutputOnly" not in flat
 
 
-def test_it_ignores_urls_dates_and_the_importers_placeholders() -> None:
+def test_it_ignores_dates_and_the_importers_placeholders_and_keeps_urls() -> None:
     from contextlab.engine.importers._common import repair
 
     messages = repair([user("See https://example.com/docs/api_keys.html from 2026/03/19."),
                        Message(role="assistant", content=(ToolUseBlock("h", "handoff", {}),))], [])
-    assert extract_identifiers(messages) == []
+    assert extract_identifiers(messages) == [Identifier("url", "https://example.com/docs/api_keys.html")]
+
+
+def test_it_finds_codes_ids_and_names_a_user_could_search_for() -> None:
+    kinds = _kinds([user('Rebook ZZ9PLZ (order #W2378156, ticket INC-4242) for bob.k@example.com: commit '
+                         '3f2a9c1d, release v2.4.1, "Project Falcon", 4711 seats, MAX_RETRIES; not 2026/03/19.')])
+    assert kinds["code"] == ["ZZ9PLZ", "W2378156", "INC-4242"]
+    assert kinds["email"] == ["bob.k@example.com"] and kinds["hash"] == ["3f2a9c1d"]
+    assert kinds["version"] == ["v2.4.1"] and kinds["quoted"] == ["Project Falcon"]
+    assert kinds["number"] == ["4711"] and kinds["symbol"] == ["MAX_RETRIES"]
 
 
 def test_it_counts_a_base_name_as_the_looser_match() -> None:

@@ -29,6 +29,7 @@ from contextlab.engine.memory import BACKUP_DIR, DAILY_DIR
 from contextlab.engine.paths import UnsafePath, relative_parts
 from contextlab.engine.retrieval import EXTERNALIZED_DIR
 from contextlab.engine.truncation import OffloadStore
+from contextlab.sessions import loss_records
 from contextlab.sessions.models import (
     PROFILE_KNOBS,
     AgentProfile,
@@ -96,9 +97,15 @@ def session_export(*, session: AgentSession) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         _zip_write(archive, "session.json", json.dumps(manifest, ensure_ascii=False, indent=1).encode())
+        loss_records.record(session)
+        # The loss check's verdict travels with each version for a reader of the export; an
+        # import does not take it (a bundle's word is no check) and checks the versions again.
+        losses = {v.version: v.loss() for v in SummaryVersion.objects.filter(session=session)}
         for file_name, (model, fields) in _BUNDLE_ROWS.items():
             rows = model.objects.filter(session=session).order_by("pk").values_list(*fields)
-            lines = [json.dumps(dict(zip(fields, map(_json_value, row), strict=True)), ensure_ascii=False)
+            lines = [json.dumps({**dict(zip(fields, map(_json_value, row), strict=True)),
+                                 **({"loss": losses.get(row[0])} if model is SummaryVersion else {})},
+                                ensure_ascii=False)
                      for row in rows]
             _zip_write(archive, file_name, "".join(line + "\n" for line in lines).encode())
         workspace = session.workspace

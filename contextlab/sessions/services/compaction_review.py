@@ -29,7 +29,7 @@ from contextlab import jobs
 from contextlab.engine.errors import ContextLabError
 from contextlab.engine.pins import Pins
 from contextlab.engine.staged import StalePlan, fingerprint, planned_from_dict, planned_to_dict
-from contextlab.sessions import compaction_loss
+from contextlab.sessions import loss_records
 from contextlab.sessions.models import AgentSession, CompactionRun
 from contextlab.sessions.services.inputs import (
     MAX_INSTRUCTION_LENGTH,
@@ -163,7 +163,7 @@ def dry_run_execute(run: CompactionRun) -> None:
             return
         pins = manager.pins.to_dict()
         state_version = locked.state_version
-    loss = compaction_loss.check_text(session, draft.compact_ids, draft.summary) if draft.summary else None
+    loss = loss_records.check_text(session, draft.compact_ids, draft.summary, draft=True) if draft.summary else None
     with transaction.atomic():
         # Under the run's row lock, so a cancel that lands now wins or loses cleanly.
         fresh = CompactionRun.objects.select_for_update().get(pk=run.pk)

@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 from contextlab import telemetry
 from contextlab.engine.hook import ContextManager, TurnResult
 from contextlab.engine.messages import Message, block_to_dict
-from contextlab.sessions import compaction_loss, payload_delta
+from contextlab.sessions import loss_records, payload_delta
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
     FAILURE_OUTCOMES,
@@ -627,7 +627,7 @@ def persist_step(session: AgentSession, manager: ContextManager, *, before: Mapp
     _persist_offloaded(session, manager, left_live=left_live)
     if new_summary:
         # Only a new summary version has a loss at compaction to check (a query saved on every other step).
-        compaction_loss.record(session)
+        loss_records.record(session)
     _persist_calls(session, manager, held)
     profile = manager.profile
     # The header does not grow with the session: the calls are in their rows, and the

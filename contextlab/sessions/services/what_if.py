@@ -29,10 +29,10 @@ from contextlab import jobs
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
 from contextlab.engine.errors import InvalidProfile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.messages import Message, block_from_dict, block_to_dict, utc_now_iso
+from contextlab.engine.identifiers import INDEX_FILE
+from contextlab.engine.messages import Message, block_from_dict, utc_now_iso
 from contextlab.engine.whatif import ReplayedTurn, TurnInput, replay_by_turn
-from contextlab.lib import compaction_loss
-from contextlab.lib.blocks import first_text
+from contextlab.lib import loss_check
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
     PROFILE_KNOBS,
@@ -142,10 +142,10 @@ def _turn_inputs(session: AgentSession, turns: list[Any], seqs: dict[str, int]) 
 
 
 def _references(workspace: Path, manager: ContextManager, summary: str) -> list[tuple[str, str]]:
-    known = [entry["file"] for entry in manager.ledger.values()]
+    known = [INDEX_FILE, *(entry["file"] for entry in manager.ledger.values())]
     budget = REFERENCE_BYTES
     found = []
-    for name in compaction_loss.named_references(summary, known):
+    for name in loss_check.named_references(summary, known):
         path = (workspace / name).resolve()
         if not path.is_relative_to(workspace) or not path.is_file() or path.stat().st_size > budget:
             continue
@@ -154,7 +154,7 @@ def _references(workspace: Path, manager: ContextManager, summary: str) -> list[
     return found
 
 
-def _lost(loss: compaction_loss.Loss, seqs: dict[str, int]) -> list[dict[str, Any]]:
+def _lost(loss: loss_check.Loss, seqs: dict[str, int]) -> list[dict[str, Any]]:
     return [{"kind": lost.kind, "value": lost.value, "seq": seqs.get(lost.message_id)}
             for lost in loss.lost[:LOST_SHOWN]]
 
@@ -254,8 +254,6 @@ def _replayed_row(turn: ReplayedTurn) -> dict[str, Any]:
 
 
 def _compaction(turn: ReplayedTurn, manager: ContextManager, workspace: Path, seqs: dict[str, int]) -> dict[str, Any]:
-    compacted = [(m.id, first_text([block_to_dict(b) for b in m.content])) for m in turn.compacted]
-    loss = compaction_loss.lost_at_compaction(compacted, turn.summary,
-                                              _references(workspace, manager, turn.summary))
+    loss = loss_check.lost_at_compaction(turn.compacted, turn.summary, _references(workspace, manager, turn.summary))
     return {"turn": turn.number, "version": turn.summary_version, "lost_count": loss.count,
             "messages": len(turn.compacted), "lost": _lost(loss, seqs)}
