@@ -16,7 +16,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.getenv("CONTEXTLAB_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = Path(os.getenv("CONTEXTLAB_VAR_DIR", BASE_DIR / "var")).expanduser()
 # The SQLite file, workspaces and tokenizer files live here; SQLite will not
 # create the folder itself.
 VAR_DIR.mkdir(parents=True, exist_ok=True)
