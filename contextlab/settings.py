@@ -143,7 +143,18 @@ if not SECRET_KEY:
     SECRET_KEY = install_secret_key(VAR_DIR)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+# The first backend refuses a throttled login before any password is checked.
+AUTHENTICATION_BACKENDS = ["contextlab.core.login_throttle.LoginThrottle", "django.contrib.auth.backends.ModelBackend"]
+# Passwords people choose (createsuperuser, changepassword, the admin) are checked
+# everywhere but the embedded demo on SQLite, whose well-known login is demo / demo.
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = [] if (
+    DATABASES["default"]["ENGINE"] == "contextlab.db.sqlite3" and not os.getenv("REDIS_URL")
+) else [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -254,6 +265,11 @@ CONTEXTLAB_PROVIDERS = os.getenv("CONTEXTLAB_PROVIDERS", "")
 # default: they stop a runaway client, not an agent at work.
 CONTEXTLAB_RATE_LIMIT_API = os.getenv("CONTEXTLAB_RATE_LIMIT_API", "6000/60")
 CONTEXTLAB_RATE_LIMIT_GATEWAY = os.getenv("CONTEXTLAB_RATE_LIMIT_GATEWAY", "3000/60")
+# Failed password logins: once an account name, or a client address, has this
+# many in a window, its logins are refused (even the right password) until the
+# window is over (contextlab/core/login_throttle.py).
+CONTEXTLAB_RATE_LIMIT_LOGIN_USER = os.getenv("CONTEXTLAB_RATE_LIMIT_LOGIN_USER", "10/900")
+CONTEXTLAB_RATE_LIMIT_LOGIN_IP = os.getenv("CONTEXTLAB_RATE_LIMIT_LOGIN_IP", "50/900")
 
 # Where session workspaces (dialog/, tool_result/, ...) live.
 WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspaces"))
