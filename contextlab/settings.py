@@ -142,6 +142,32 @@ if not SECRET_KEY:
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
     SECRET_KEY = install_secret_key(VAR_DIR)
 
+# HTTPS. A scaled deployment is served through a TLS proxy: its cookies are
+# secure, plain HTTP is redirected, HSTS is sent and the proxy's
+# X-Forwarded-Proto says which requests came over TLS. CONTEXTLAB_HTTPS sets
+# all five at once (on in scaled mode except under the test runner, off in the
+# embedded demo, which serves http://127.0.0.1); each Django setting of the same
+# name, set in the environment, overrides it (docs/scaled-mode.md).
+SCALED_MODE = bool(os.getenv("REDIS_URL")) or DATABASES["default"]["ENGINE"] != "contextlab.db.sqlite3"
+HTTPS = envbool("CONTEXTLAB_HTTPS", "true" if SCALED_MODE and not os.getenv("PYTEST_VERSION") else "false")
+_https = "true" if HTTPS else "false"
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", _https)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", _https)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _https)
+# A day to begin with: a browser that saw it will refuse plain HTTP for that long.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "86400" if HTTPS else "0")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "false")
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", "false")
+# "HEADER,VALUE" as Django spells it in request.META; empty: no proxy header is trusted.
+_proxy_header = os.getenv("SECURE_PROXY_SSL_HEADER", "HTTP_X_FORWARDED_PROTO,https" if HTTPS else "")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_header.split(",", 1)) if "," in _proxy_header else None
+# The health check is asked by the load balancer over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Extending HSTS to every subdomain (W005) or into browsers' built-in lists
+# (W021) reaches past this site: the operator opts in with the settings above.
+SILENCED_SYSTEM_CHECKS = [check for check, chosen in (("security.W005", SECURE_HSTS_INCLUDE_SUBDOMAINS),
+                                                       ("security.W021", SECURE_HSTS_PRELOAD)) if not chosen]
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # The first backend refuses a throttled login before any password is checked.
 AUTHENTICATION_BACKENDS = ["contextlab.core.login_throttle.LoginThrottle", "django.contrib.auth.backends.ModelBackend"]
