@@ -156,8 +156,9 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
                                                   f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if exchange.stream and answer.status_code == 200:
         relay = _relay(answer, exchange, start)
-        streaming = StreamingHttpResponse(_for_server(request, relay), status=200,
-                                         content_type=answer.headers.get("content-type", "text/event-stream"))
+        declared = answer.headers.get("content-type", "text/event-stream")
+        streaming = StreamingHttpResponse(_for_server(request, relay), status=200, content_type=(
+            declared if upstream.safe_content_type(declared) else "text/event-stream"))
         for name, value in upstream.passed_headers(answer).items():
             if name.lower() != "content-type":
                 streaming[name] = value

@@ -92,3 +92,35 @@ def test_it_replaces_a_lone_surrogate_in_manage_mode(gateway_url, alice_token, u
     assert answer.status_code == 200
     sent = provider.chat_requests[-1].body
     assert sent["messages"][-1]["content"] == "a \ufffd b"
+
+
+# -- what the provider answers is served as JSON or SSE only (issue 30, item 6) -----------------
+
+HTML = b"<html><body><script>alert(document.cookie)</script>Bad gateway</body></html>"
+
+
+@pytest.mark.parametrize("mode", ["manage", "observe"])
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "application/xhtml+xml", None])
+def test_it_never_serves_an_upstream_page_on_its_own_origin(gateway_url, alice_token, small_profile, provider,
+                                                             mode, content_type):
+    from tests.gateway.provider import Error
+
+    UpstreamProvider.objects.create(profile=small_profile, base_url=provider.base_url, api_key="",
+                                    model_map={"gpt-4o": "fake-model-2026"}, mode=mode, timeout=30)
+    headers = {"Content-Type": content_type} if content_type else {}
+    provider.responder = scripted(Error(502, body=HTML, headers=headers))
+    answer = _post_raw(gateway_url, alice_token, _body(b'"temperature": 0.5'))
+    assert answer.status_code == 502
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.headers.get("x-content-type-options") == "nosniff"
+    error = answer.json()["error"]
+    assert error["code"] == "upstream_not_json" and "<script>" in error["message"]
+
+
+def test_it_still_passes_the_providers_json_error_unchanged(gateway_url, alice_token, observed, provider):
+    from tests.gateway.provider import Error
+
+    provider.responder = scripted(Error(429))
+    answer = _post_raw(gateway_url, alice_token, _body(b'"temperature": 0.5'))
+    assert answer.status_code == 429 and answer.content == Error(429).body
+    assert answer.headers["content-type"] == "application/json"
