@@ -291,6 +291,9 @@ CONTEXTLAB_PROVIDERS = os.getenv("CONTEXTLAB_PROVIDERS", "")
 # default: they stop a runaway client, not an agent at work.
 CONTEXTLAB_RATE_LIMIT_API = os.getenv("CONTEXTLAB_RATE_LIMIT_API", "6000/60")
 CONTEXTLAB_RATE_LIMIT_GATEWAY = os.getenv("CONTEXTLAB_RATE_LIMIT_GATEWAY", "3000/60")
+# Seconds a client has to send a request's headers, however slowly it sends
+# them, before daphne closes the connection (contextlab/core/bodylimit.py); 0: no limit.
+CONTEXTLAB_HEADER_TIMEOUT = float(os.getenv("CONTEXTLAB_HEADER_TIMEOUT", "20"))
 # Upstream providers at link-local or cloud-metadata addresses (contextlab/gateway/trust.py):
 # refused in the admin unless the operator allows them here.
 CONTEXTLAB_ALLOW_LINK_LOCAL_UPSTREAMS = envbool("CONTEXTLAB_ALLOW_LINK_LOCAL_UPSTREAMS", "false")

@@ -213,12 +213,15 @@ def guard_daphne() -> None:
             # Django parses it again) and answer a malformed one with a bare
             # 400 before the application could explain it in JSON.
             self._parsePOSTFormSubmission = False
+            # A request exists from its first line on: its headers have a deadline.
+            self._header_timer = _header_deadline(self.channel)
 
         def _headers(self) -> list[tuple[bytes, bytes]]:
             return [(name.lower(), value) for name, values in self.requestHeaders.getAllRawHeaders()
                     for value in values]
 
         def gotLength(self, length: int | None) -> None:  # noqa: N802 (twisted's name)
+            _headers_in(self.channel, self._header_timer)
             self._body_limit = small_limit()
             self._declared = length
             # The request's own path is set only once its body is in; the
@@ -297,3 +300,42 @@ def guard_daphne() -> None:
                 transport.loseConnection()
 
     http_protocol.WebRequest = LimitedWebRequest
+
+    # A connection that never completes a request line has no request yet: its
+    # deadline starts with the connection.
+    build = http_protocol.HTTPFactory.buildProtocol
+
+    def build_protocol(self: Any, addr: Any) -> Any:
+        protocol = build(self, addr)
+        channel = getattr(protocol, "_channel", protocol)
+        channel.contextlab_header_timer = _header_deadline(channel)
+        return protocol
+
+    http_protocol.HTTPFactory.buildProtocol = build_protocol
+
+
+def _header_deadline(channel: Any) -> Any:
+    """Close ``channel`` unless a request's headers are complete within CONTEXTLAB_HEADER_TIMEOUT seconds.
+
+    Twisted's idle timeout starts again with every byte, so a client that
+    dribbles its headers a byte at a time would hold the socket forever.
+    """
+    seconds = float(getattr(settings, "CONTEXTLAB_HEADER_TIMEOUT", 0) or 0)
+    if seconds <= 0 or channel is None:
+        return None
+    from twisted.internet import reactor  # the server's (daphne installs it before the application loads)
+
+    def overdue() -> None:
+        transport = getattr(channel, "transport", None)
+        if transport is not None:
+            log.info("closing a connection whose request headers took over %g s", seconds)
+            transport.abortConnection()
+
+    clock: Any = reactor
+    return clock.callLater(seconds, overdue)
+
+
+def _headers_in(channel: Any, timer: Any) -> None:
+    for pending in (timer, getattr(channel, "contextlab_header_timer", None)):
+        if pending is not None and pending.active():
+            pending.cancel()
