@@ -153,11 +153,12 @@ def test_it_still_takes_a_large_upload_with_a_real_token(server):
     assert response.status_code in (201, 202), response.text[:300]
 
 
-def _upload_scope(headers: list[tuple[bytes, bytes]]) -> dict:
-    return {**_scope(headers), "path": "/api/v1/imports", "raw_path": b"/api/v1/imports"}
+def _upload_scope(headers: list[tuple[bytes, bytes]], path: str = "/api/v1/imports") -> dict:
+    return {**_scope(headers), "path": path, "raw_path": path.encode()}
 
 
-async def _post_in_pieces(headers: list[tuple[bytes, bytes]], pieces: int) -> tuple[dict, int, int]:
+async def _post_in_pieces(headers: list[tuple[bytes, bytes]], pieces: int,
+                          path: str = "/api/v1/imports") -> tuple[dict, int, int]:
     """Send up to ``pieces`` MB to the upload endpoint through the middleware, one at a time, until it answers.
 
     Returns its first answer, how many pieces were sent before it came, and the
@@ -171,7 +172,7 @@ async def _post_in_pieces(headers: list[tuple[bytes, bytes]], pieces: int) -> tu
 
     from contextlab.core.bodylimit import BodyLimitMiddleware
 
-    app = ApplicationCommunicator(BodyLimitMiddleware(get_asgi_application()), _upload_scope(headers))
+    app = ApplicationCommunicator(BodyLimitMiddleware(get_asgi_application()), _upload_scope(headers, path))
     tracemalloc.start()
     sent = 0
     try:
@@ -212,3 +213,24 @@ async def test_the_middleware_lets_a_real_token_upload_past_the_small_limit(sett
                                       (b"authorization", b"Bearer " + token.encode())], 6)
     # Past the small limit, the view reads the (malformed) form and explains it.
     assert start["status"] == 400 and sent == 6
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_middleware_lets_a_logged_in_browser_upload_past_the_small_limit(settings):
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * MB
+
+    def log_in() -> str:
+        browser = Client()
+        browser.force_login(User.objects.create_user("browser", password="browser-password-1"))
+        return browser.cookies[settings.SESSION_COOKIE_NAME].value
+
+    session_key = await sync_to_async(log_in)()
+    cookie = (b"cookie", b"csrftoken=x; " + settings.SESSION_COOKIE_NAME.encode() + b"=" + session_key.encode())
+    start, sent, _ = await _post_in_pieces([(b"content-type", b"multipart/form-data; boundary=x"), cookie], 6,
+                                           path="/import/")
+    # Past the small limit: the page's own checks answer (no CSRF token here).
+    assert start["status"] == 403 and sent == 6
