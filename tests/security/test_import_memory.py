@@ -157,8 +157,11 @@ def _honest_transcript(path: Path, megabytes: int) -> Path:
     return path
 
 
-def test_it_imports_a_large_honest_transcript_in_bounded_memory(alice, small_profile, tmp_path, small_limits):
-    path = _honest_transcript(tmp_path / "honest.jsonl", 6)
+@pytest.mark.parametrize("shape", ["jsonl", "json"])
+def test_it_imports_a_large_honest_transcript_in_bounded_memory(alice, small_profile, tmp_path, small_limits, shape):
+    path = _honest_transcript(tmp_path / f"honest.{shape}", 6)
+    if shape == "json":  # one JSON array: read whole, but never held twice over
+        path.write_text(json.dumps([json.loads(line) for line in path.read_text().splitlines()]))
     size = path.stat().st_size
     peak, result = _peak(lambda: services.transcript_import(owner=alice, path=path, profile=small_profile))
     assert isinstance(result, AgentSession), result
