@@ -12,6 +12,7 @@ interpreter and extras. The start used to install the tokenizer files into
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import sys
@@ -49,7 +50,10 @@ def test_it_starts_with_every_documented_knob_set_from_a_fresh_clone(clone, say,
     base = f"http://127.0.0.1:{port}"
     knobs = {"PORT": str(port), "CONTEXTLAB_OPEN_BROWSER": "0", "PYTHON": str(python),
              "CONTEXTLAB_EXTRAS": "dev,scaled", "CONTEXTLAB_CORPUS_DIR": str(corpus),
-             "CONTEXTLAB_VAR_DIR": "~/cl-data", "HOME": str(home)}
+             "CONTEXTLAB_VAR_DIR": "~/cl-data", "HOME": str(home),
+             # pip's cache stays the real one (it lives under the real home), so the
+             # new virtualenv installs from it as any first start does.
+             "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")}
     say(f"start.sh with {', '.join(f'{k}={v}' for k, v in knobs.items())}")
     start = Started("start-knobs", ["bash", "scripts/start.sh"], clone, newcomer_env(clone, **knobs))
     processes.append(start)
