@@ -1,6 +1,9 @@
-"""Per-token request limits for the API and the gateway.
+"""Per-token request limits for the API and the gateway, and counts of failed logins.
 
 A fixed window per token: at most N requests in each window of S seconds.
+``record`` and ``exhausted`` count events (failed logins, see
+``contextlab.core.login_throttle``) in the same windows without counting the
+checks themselves.
 Scaled mode counts in Redis, so every web process shares the count; embedded
 mode (one process) counts in memory. A limit of "0" (or "off") turns it off.
 """
@@ -59,6 +62,37 @@ def check(scope: str, token: str) -> int | None:
     return retry_after
 
 
+def _window(limit: Limit) -> tuple[int, int]:
+    """The current window's number and the seconds until it is over."""
+    moment = time.time()
+    window = int(moment // limit.seconds)
+    return window, max(1, int((window + 1) * limit.seconds - moment + 0.999))
+
+
+def record(scope: str, key: str) -> None:
+    """Count one event (a failed login) of ``key`` in the current window."""
+    limit = limit_for(scope)
+    if limit is None:
+        return
+    window, _ = _window(limit)
+    name = f"ratelimit:{scope}:{key[:32]}:{limit.seconds}:{window}"
+    if settings.REDIS_URL:
+        _redis_count(name, limit.seconds)
+    else:
+        _local.count(name, window)
+
+
+def exhausted(scope: str, key: str) -> int | None:
+    """The seconds until the window is over when ``key`` has reached its limit of events in it, else None."""
+    limit = limit_for(scope)
+    if limit is None:
+        return None
+    window, retry_after = _window(limit)
+    name = f"ratelimit:{scope}:{key[:32]}:{limit.seconds}:{window}"
+    count = _redis_get(name) if settings.REDIS_URL else _local.get(name)
+    return retry_after if count is not None and count >= limit.requests else None
+
+
 class _LocalCounter:
     """Counts of the current windows, in this process."""
 
@@ -74,6 +108,10 @@ class _LocalCounter:
             _, seen = self._counts.get(key, (window, 0))
             self._counts[key] = (window, seen + 1)
             return seen + 1
+
+    def get(self, key: str) -> int:
+        with self._lock:
+            return self._counts.get(key, (0, 0))[1]
 
     def clear(self) -> None:
         with self._lock:
@@ -102,3 +140,12 @@ def _redis_count(key: str, seconds: int) -> int | None:
         # A limit that cannot be counted is not a reason to refuse every request.
         log.warning("rate limit not counted: Redis did not answer", exc_info=True)
         return None
+
+
+def _redis_get(key: str) -> int | None:
+    try:
+        value = _redis(settings.REDIS_URL).get(f"{settings.REDIS_PREFIX}{key}")
+    except Exception:
+        log.warning("rate limit not read: Redis did not answer", exc_info=True)
+        return None
+    return int(value) if value is not None else 0

@@ -16,7 +16,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.getenv("CONTEXTLAB_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = Path(os.getenv("CONTEXTLAB_VAR_DIR", BASE_DIR / "var")).expanduser()
 # The SQLite file, workspaces and tokenizer files live here; SQLite will not
 # create the folder itself.
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -145,8 +145,45 @@ if not SECRET_KEY:
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
     SECRET_KEY = install_secret_key(VAR_DIR)
 
+# HTTPS. A scaled deployment is served through a TLS proxy: its cookies are
+# secure, plain HTTP is redirected, HSTS is sent and the proxy's
+# X-Forwarded-Proto says which requests came over TLS. CONTEXTLAB_HTTPS sets
+# all five at once (on in scaled mode except under the test runner, off in the
+# embedded demo, which serves http://127.0.0.1); each Django setting of the same
+# name, set in the environment, overrides it (docs/scaled-mode.md).
+SCALED_MODE = bool(os.getenv("REDIS_URL")) or DATABASES["default"]["ENGINE"] != "contextlab.db.sqlite3"
+HTTPS = envbool("CONTEXTLAB_HTTPS", "true" if SCALED_MODE and not os.getenv("PYTEST_VERSION") else "false")
+_https = "true" if HTTPS else "false"
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", _https)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", _https)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _https)
+# A day to begin with: a browser that saw it will refuse plain HTTP for that long.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "86400" if HTTPS else "0")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "false")
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", "false")
+# "HEADER,VALUE" as Django spells it in request.META; empty: no proxy header is trusted.
+_proxy_header = os.getenv("SECURE_PROXY_SSL_HEADER", "HTTP_X_FORWARDED_PROTO,https" if HTTPS else "")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_header.split(",", 1)) if "," in _proxy_header else None
+# The health check is asked by the load balancer over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Extending HSTS to every subdomain (W005) or into browsers' built-in lists
+# (W021) reaches past this site: the operator opts in with the settings above.
+SILENCED_SYSTEM_CHECKS = [check for check, chosen in (("security.W005", SECURE_HSTS_INCLUDE_SUBDOMAINS),
+                                                       ("security.W021", SECURE_HSTS_PRELOAD)) if not chosen]
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+# The first backend refuses a throttled login before any password is checked.
+AUTHENTICATION_BACKENDS = ["contextlab.core.login_throttle.LoginThrottle", "django.contrib.auth.backends.ModelBackend"]
+# Passwords people choose (createsuperuser, changepassword, the admin) are checked
+# everywhere but the embedded demo on SQLite, whose well-known login is demo / demo.
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = [] if (
+    DATABASES["default"]["ENGINE"] == "contextlab.db.sqlite3" and not os.getenv("REDIS_URL")
+) else [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -257,6 +294,17 @@ CONTEXTLAB_PROVIDERS = os.getenv("CONTEXTLAB_PROVIDERS", "")
 # default: they stop a runaway client, not an agent at work.
 CONTEXTLAB_RATE_LIMIT_API = os.getenv("CONTEXTLAB_RATE_LIMIT_API", "6000/60")
 CONTEXTLAB_RATE_LIMIT_GATEWAY = os.getenv("CONTEXTLAB_RATE_LIMIT_GATEWAY", "3000/60")
+# Seconds a client has to send a request's headers, however slowly it sends
+# them, before daphne closes the connection (contextlab/core/bodylimit.py); 0: no limit.
+CONTEXTLAB_HEADER_TIMEOUT = float(os.getenv("CONTEXTLAB_HEADER_TIMEOUT", "20"))
+# Upstream providers at link-local or cloud-metadata addresses (contextlab/gateway/trust.py):
+# refused in the admin unless the operator allows them here.
+CONTEXTLAB_ALLOW_LINK_LOCAL_UPSTREAMS = envbool("CONTEXTLAB_ALLOW_LINK_LOCAL_UPSTREAMS", "false")
+# Failed password logins: once an account name, or a client address, has this
+# many in a window, its logins are refused (even the right password) until the
+# window is over (contextlab/core/login_throttle.py).
+CONTEXTLAB_RATE_LIMIT_LOGIN_USER = os.getenv("CONTEXTLAB_RATE_LIMIT_LOGIN_USER", "10/900")
+CONTEXTLAB_RATE_LIMIT_LOGIN_IP = os.getenv("CONTEXTLAB_RATE_LIMIT_LOGIN_IP", "50/900")
 
 # Where session workspaces (dialog/, tool_result/, ...) live.
 WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspaces"))

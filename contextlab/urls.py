@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from contextlab.api import docs as api_docs
+from contextlab.core.login_throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 from contextlab.gateway import otlp
+
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(authentication_form=ThrottledAuthenticationForm),
+         name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     # Before the API: its catch-all answers every other /api/v1/ path with a JSON 404.
     path("", include("contextlab.insights.urls")),

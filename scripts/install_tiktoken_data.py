@@ -89,9 +89,14 @@ def repo_root() -> Path:
 
 
 def default_dest() -> Path:
+    """Where the server looks (contextlab/settings.py): $CONTEXTLAB_TIKTOKEN_DIR, else
+    $CONTEXTLAB_VAR_DIR/tiktoken, else var/tiktoken in the repository."""
     env = os.environ.get("CONTEXTLAB_TIKTOKEN_DIR")
     if env:
         return Path(env).expanduser()
+    var_dir = os.environ.get("CONTEXTLAB_VAR_DIR")
+    if var_dir:
+        return Path(var_dir).expanduser() / "tiktoken"
     return repo_root() / "var" / "tiktoken"
 
 
@@ -233,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         "--dest",
         type=Path,
         default=None,
-        help="directory for the files (default: $CONTEXTLAB_TIKTOKEN_DIR, else var/tiktoken in the repository)",
+        help="directory for the files (default: $CONTEXTLAB_TIKTOKEN_DIR, else $CONTEXTLAB_VAR_DIR/tiktoken, "
+             "else var/tiktoken in the repository)",
     )
     parser.add_argument(
         "--wheel",

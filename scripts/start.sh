@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 CONTEXTLAB_EXTRAS="${CONTEXTLAB_EXTRAS:-scaled}" bash scripts/bootstrap.sh
 
 PORT="${PORT:-8000}"
+# This script serves plain HTTP on 127.0.0.1 itself: no HTTPS redirect or
+# secure-only cookies, even on a shared database (see docs/scaled-mode.md).
+export CONTEXTLAB_HTTPS="${CONTEXTLAB_HTTPS:-0}"
 .venv/bin/python manage.py migrate --noinput
 URL="http://127.0.0.1:${PORT}/"
 if [ -z "${DATABASE_URL:-}" ]; then

@@ -170,10 +170,14 @@ IMAGE_TOKENS = 765
 
 
 def default_vocab_dir() -> Path:
-    """``$CONTEXTLAB_TIKTOKEN_DIR``, else ``var/tiktoken`` at the repository root."""
+    """``$CONTEXTLAB_TIKTOKEN_DIR``, else ``$CONTEXTLAB_VAR_DIR/tiktoken``, else ``var/tiktoken`` at the
+    repository root: the same order as the settings and the install script."""
     env = os.environ.get("CONTEXTLAB_TIKTOKEN_DIR")
     if env:
         return Path(env).expanduser()
+    var_dir = os.environ.get("CONTEXTLAB_VAR_DIR")
+    if var_dir:
+        return Path(var_dir).expanduser() / "tiktoken"
     # tokens.py -> engine -> contextlab -> repository root. An installed package
     # has no repository around it, so deployments set the environment variable.
     return Path(__file__).resolve().parents[2] / "var" / "tiktoken"

@@ -18,7 +18,7 @@ from django.db import models
 from django.utils.timezone import now
 
 from contextlab import providers
-from contextlab.gateway import history
+from contextlab.gateway import history, trust
 from contextlab.sessions.models import AgentProfile, AgentSession
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,13 @@ class UpstreamProvider(models.Model):
         if not isinstance(self.extra_headers, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.extra_headers.items()):
             raise ValidationError({"extra_headers": "an object of header names and string values"})
+        errors = {}
+        if self.base_url and (problem := trust.base_url_problem(self.base_url)):
+            errors["base_url"] = problem
+        if problem := trust.api_key_env_problem(self.api_key_env):
+            errors["api_key_env"] = problem
+        if errors:
+            raise ValidationError(errors)
 
     def upstream_model(self, model: Any) -> Any:
         """The provider's name for the model the client asked for."""
@@ -91,11 +98,14 @@ class UpstreamProvider(models.Model):
     def resolve_api_key(self) -> str:
         """The key to send to this provider only; "" sends none (local providers often need none)."""
         if self.api_key_env:
-            value = os.environ.get(self.api_key_env)
+            # A name outside the prefix (a row written around the admin) is never read.
+            allowed = trust.api_key_env_problem(self.api_key_env) is None
+            value = os.environ.get(self.api_key_env) if allowed else None
             if not value:
                 # The variable's name is for the operator's log, never for the caller.
-                log.error("upstream provider %s (profile %s): the environment variable %s is not set",
-                          self.pk, self.profile_id, self.api_key_env)
+                log.error("upstream provider %s (profile %s): the environment variable %s is %s",
+                          self.pk, self.profile_id, self.api_key_env,
+                          "not set" if allowed else f"not a provider key (not {trust.API_KEY_ENV_PREFIX}*)")
                 raise UpstreamMisconfigured(
                     f"the upstream provider of profile {self.profile.name!r} has no API key configured on "
                     "the ContextLab server; ask the operator")

@@ -125,12 +125,42 @@ def passed_headers(response: httpx2.Response) -> dict[str, str]:
             if name.lower() in _PASSED_HEADERS or name.lower().startswith(_PASSED_PREFIXES)}
 
 
+# What the gateway answers with on the dashboard's own origin: the provider's
+# JSON or event stream, never a page a browser would render (an HTML error
+# page of a proxy in front of the provider, say).
+_SAFE_TYPES = ("application/json", "text/event-stream")
+
+
+def safe_content_type(value: str | None) -> bool:
+    media = (value or "").split(";", 1)[0].strip().lower()
+    return media in _SAFE_TYPES or (media.startswith("application/") and media.endswith("+json"))
+
+
 def passthrough(response: httpx2.Response, content: bytes) -> HttpResponse:
-    """The provider's answer as it came: status, body bytes and the headers clients use."""
+    """The provider's answer as it came: status, body bytes and the headers clients use.
+
+    A body of any other type than JSON or an event stream comes back as an
+    error in the provider's shape, with the same status, its text inside as data.
+    """
+    passed = passed_headers(response)
+    declared = next((value for name, value in passed.items() if name.lower() == "content-type"), None)
+    if declared is None and content.lstrip()[:1] in (b"{", b"["):
+        # No type given, but JSON by its look: said so, not sniffed by a browser.
+        passed["Content-Type"] = declared = "application/json"
+    if content and not safe_content_type(declared):
+        text = content[:1000].decode("utf-8", "replace")
+        out: HttpResponse = openai_error(
+            response.status_code, f"the upstream provider answered {response.status_code} with a body of type "
+                                   f"{declared or 'unknown'} (not JSON): {text}",
+            type="upstream_error", code="upstream_not_json")
+        for name, value in passed.items():
+            if name.lower() != "content-type":
+                out[name] = value
+        return out
     out = HttpResponse(content, status=response.status_code)
-    for name, value in passed_headers(response).items():
+    for name, value in passed.items():
         out[name] = value
-    if "content-type" not in {n.lower() for n in passed_headers(response)}:
+    if declared is None:
         del out["Content-Type"]
     return out
 

@@ -25,6 +25,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.views.decorators.csrf import csrf_exempt
 
 from contextlab import ratelimit, telemetry
+from contextlab.engine import strict_json
 from contextlab.engine.unicode import repaired
 from contextlab.gateway import observe, responses_managed, services, sse, upstream
 from contextlab.gateway.protocols import openai_responses
@@ -63,10 +64,16 @@ def _method_not_allowed(allowed: str) -> HttpResponse:
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
     try:
-        value = json.loads(request.body)
+        # Refused in both modes, before anything is forwarded or recorded: the
+        # provider would refuse them too, and a call record holding one could
+        # not be stored (it would vanish from the session after a 200).
+        value = strict_json.loads(request.body)
     except RequestDataTooBig as exc:
         raise GatewayError(413, "the request body is larger than this server accepts",
                            code="request_too_large") from exc
+    except strict_json.NonFiniteNumber as exc:
+        raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_number",
+                           param=exc.path) from exc
     except (ValueError, RecursionError) as exc:
         raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(value, dict):
@@ -158,8 +165,9 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
                                                   f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if exchange.stream and answer.status_code == 200:
         relay = _relay(answer, exchange, start)
-        streaming = StreamingHttpResponse(_for_server(request, relay), status=200,
-                                         content_type=answer.headers.get("content-type", "text/event-stream"))
+        declared = answer.headers.get("content-type", "text/event-stream")
+        streaming = StreamingHttpResponse(_for_server(request, relay), status=200, content_type=(
+            declared if upstream.safe_content_type(declared) else "text/event-stream"))
         for name, value in upstream.passed_headers(answer).items():
             if name.lower() != "content-type":
                 streaming[name] = value

@@ -257,7 +257,8 @@ def test_it_serves_the_same_page_from_the_procfile_roles_in_scaled_mode(clone, s
         base = f"http://127.0.0.1:{port}"
         say(f"scaled: PORT={port} honcho start web worker beat")
         roles = Started("honcho", [str(clone / ".venv" / "bin" / "honcho"), "start", "web", "worker", "beat"], clone,
-                        {**env, "PORT": str(port), "CONTEXTLAB_WORKER_CONCURRENCY": "1",
+                        # A trial over plain HTTP, as docs/scaled-mode.md says: no TLS proxy here.
+                        {**env, "PORT": str(port), "CONTEXTLAB_WORKER_CONCURRENCY": "1", "CONTEXTLAB_HTTPS": "0",
                          "PATH": os.pathsep.join([str(clone / ".venv" / "bin"), env["PATH"]])})
         processes.append(roles)
         roles.wait_until_it_answers(base, START_SECONDS, say)

@@ -54,3 +54,81 @@ def test_it_lists_gateway_sessions_and_calls(root, openai_client):
         listing = root.get(f"/admin/gateway/{page}/")
         assert listing.status_code == 200, page
     assert root.get(f"/admin/gateway/gatewayexchange/{GatewayExchange.objects.get().pk}/change/").status_code == 200
+
+
+# -- the trust boundary of the provider admin (issue 30, item 6) -------------------------------
+
+METADATA_URLS = ["http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/v1",
+                 "http://metadata.google.internal/computeMetadata/v1", "http://[fe80::1]:8080/v1",
+                 "http://[::ffff:169.254.169.254]/v1", "http://100.100.100.200/v1"]
+
+
+@pytest.fixture
+def staff(db) -> Client:
+    """A staff member who is not a superuser, allowed to manage providers."""
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("staffer", "staff@example.org", "pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__endswith="upstreamprovider"))
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+@pytest.mark.parametrize("url", METADATA_URLS)
+def test_it_refuses_a_link_local_or_metadata_provider(staff, small_profile, url):
+    response = staff.post("/admin/gateway/upstreamprovider/add/", _form(small_profile, base_url=url))
+    assert response.status_code == 200
+    assert "link-local or cloud-metadata address" in response.content.decode()
+    assert not UpstreamProvider.objects.exists()
+
+
+def test_the_operator_can_allow_a_link_local_provider(staff, small_profile, settings):
+    settings.CONTEXTLAB_ALLOW_LINK_LOCAL_UPSTREAMS = True
+    response = staff.post("/admin/gateway/upstreamprovider/add/",
+                          _form(small_profile, base_url="http://169.254.10.20:8000/v1"))
+    assert response.status_code == 302
+    assert UpstreamProvider.objects.get().base_url == "http://169.254.10.20:8000/v1"
+
+
+@pytest.mark.parametrize("name", ["SECRET_KEY", "DATABASE_URL", "OPENAI_API_KEY", "CONTEXTLAB_UPSTREAM_",
+                                  "contextlab_upstream_key", "CONTEXTLAB_UPSTREAM_KEY;rm"])
+def test_it_refuses_a_key_variable_outside_the_prefix(staff, small_profile, name):
+    response = staff.post("/admin/gateway/upstreamprovider/add/", _form(small_profile, api_key_env=name))
+    assert response.status_code == 200
+    assert "starts with CONTEXTLAB_UPSTREAM_" in response.content.decode()
+    assert not UpstreamProvider.objects.exists()
+
+
+def test_it_takes_a_key_variable_with_the_prefix(staff, small_profile, monkeypatch):
+    monkeypatch.setenv("CONTEXTLAB_UPSTREAM_OPENAI_KEY", "sk-env")
+    response = staff.post("/admin/gateway/upstreamprovider/add/",
+                          _form(small_profile, api_key_env="CONTEXTLAB_UPSTREAM_OPENAI_KEY"))
+    assert response.status_code == 302
+    assert UpstreamProvider.objects.get().resolve_api_key() == "sk-env"
+
+
+def test_a_stored_name_outside_the_prefix_is_never_read(small_profile, monkeypatch):
+    from contextlab.gateway.models import UpstreamMisconfigured
+
+    monkeypatch.setenv("SECRET_KEY", "the-servers-own-secret")
+    row = UpstreamProvider.objects.create(profile=small_profile, base_url="https://llm.example/v1",
+                                          api_key_env="SECRET_KEY")
+    with pytest.raises(UpstreamMisconfigured):
+        row.resolve_api_key()
+
+
+def test_the_migration_gives_existing_key_variables_the_prefix(small_profile):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("contextlab.gateway.migrations.0008_upstream_key_variable_prefix")
+    old = UpstreamProvider.objects.create(profile=small_profile, base_url="https://llm.example/v1",
+                                          api_key_env="OPENAI_API_KEY")
+    migration.add_prefix(apps, None)
+    old.refresh_from_db()
+    assert old.api_key_env == "CONTEXTLAB_UPSTREAM_OPENAI_API_KEY"
+    migration.add_prefix(apps, None)  # idempotent
+    old.refresh_from_db()
+    assert old.api_key_env == "CONTEXTLAB_UPSTREAM_OPENAI_API_KEY"

@@ -203,21 +203,21 @@ def test_it_says_clearly_when_the_profile_has_no_provider(openai_client, upstrea
 
 
 def test_it_says_the_providers_key_is_missing_without_naming_the_variable(openai_client, upstream, monkeypatch):
-    monkeypatch.delenv("CONTEXTLAB_TEST_MISSING_KEY", raising=False)
-    upstream.api_key_env = "CONTEXTLAB_TEST_MISSING_KEY"
+    monkeypatch.delenv("CONTEXTLAB_UPSTREAM_TEST_MISSING_KEY", raising=False)
+    upstream.api_key_env = "CONTEXTLAB_UPSTREAM_TEST_MISSING_KEY"
     upstream.save()
     with pytest.raises(openai.InternalServerError) as caught:
         openai_client.with_options(max_retries=0).chat.completions.create(model="gpt-4o", messages=[ASK])
     assert caught.value.body["code"] == "contextlab_upstream_misconfigured"
     assert "no API key configured" in caught.value.message
     # Which variables the server reads (and so which secrets exist) is the operator's business.
-    assert "CONTEXTLAB_TEST_MISSING_KEY" not in caught.value.message
+    assert "CONTEXTLAB_UPSTREAM_TEST_MISSING_KEY" not in caught.value.message
     assert "environment variable" not in caught.value.message
 
 
 def test_it_reads_the_key_from_the_environment(openai_client, upstream, provider, monkeypatch):
-    monkeypatch.setenv("CONTEXTLAB_TEST_KEY", "sk-from-env")
-    upstream.api_key_env = "CONTEXTLAB_TEST_KEY"
+    monkeypatch.setenv("CONTEXTLAB_UPSTREAM_TEST_KEY", "sk-from-env")
+    upstream.api_key_env = "CONTEXTLAB_UPSTREAM_TEST_KEY"
     upstream.save()
     openai_client.chat.completions.create(model="gpt-4o", messages=[ASK])
     assert provider.chat_requests[-1].headers["authorization"] == "Bearer sk-from-env"

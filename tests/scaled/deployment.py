@@ -114,6 +114,8 @@ class Deployment:
             # The vocabularies stay where this checkout installed them.
             "CONTEXTLAB_TIKTOKEN_DIR": os.environ.get("CONTEXTLAB_TIKTOKEN_DIR", str(REPO / "var" / "tiktoken")),
             "PYTHONUNBUFFERED": "1",
+            # Served over plain HTTP on 127.0.0.1: no TLS proxy in front.
+            "CONTEXTLAB_HTTPS": "0",
             "CONTEXTLAB_PROVIDERS": json.dumps({"fake": {"base_url": f"http://127.0.0.1:{self.llm_port}/v1"}}),
             **self.env_extra,
         })

@@ -122,3 +122,115 @@ async def test_the_middleware_answers_413_before_the_rest_is_read(settings, decl
     body = await app.receive_output(timeout=10)
     assert json.loads(body["body"])["field"] == "body"
 
+
+
+# -- a forged credential does not lift the limit (issue 30, item 2) ---------------------------
+
+FORGED = [b"Authorization: Bearer cl_forged_0123456789", b"Cookie: sessionid=forgedsessionkey0123456789abcdef"]
+
+
+@pytest.mark.parametrize("credential", FORGED)
+@pytest.mark.parametrize("chunked", [False, True])
+def test_it_refuses_a_large_upload_with_a_forged_credential_before_holding_it(server, credential, chunked):
+    base = server.url.removesuffix("/v1")
+    before = _peak_rss(server.process.pid)
+    # 200 MB: under the upload limit, far over the limit of a JSON body.
+    length = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % (200 * MB)
+    head = (b"POST /api/v1/imports HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: multipart/form-data; boundary=x\r\n%s\r\n%s\r\n\r\n" % (credential, length))
+    answer = _send_raw(base, head, _zeros(200 * MB), chunked=chunked)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert _peak_rss(server.process.pid) - before <= MAX_GROWTH
+
+
+def test_it_still_takes_a_large_upload_with_a_real_token(server):
+    base = server.url.removesuffix("/v1")
+    transcript = b"\n".join(json.dumps({"role": "user", "content": f"message {i} " + "y" * 40_000}).encode()
+                            for i in range(1_000))  # 40 MB: over the small limit
+    response = httpx2.post(f"{base}/api/v1/imports", files={"file": ("big.jsonl", transcript, "application/json")},
+                           data={"background": "yes"}, headers={"Authorization": f"Bearer {server.token}"},
+                           timeout=120)
+    assert response.status_code in (201, 202), response.text[:300]
+
+
+def _upload_scope(headers: list[tuple[bytes, bytes]], path: str = "/api/v1/imports") -> dict:
+    return {**_scope(headers), "path": path, "raw_path": path.encode()}
+
+
+async def _post_in_pieces(headers: list[tuple[bytes, bytes]], pieces: int,
+                          path: str = "/api/v1/imports") -> tuple[dict, int, int]:
+    """Send up to ``pieces`` MB to the upload endpoint through the middleware, one at a time, until it answers.
+
+    Returns its first answer, how many pieces were sent before it came, and the
+    peak of Python allocations meanwhile (each piece is made just before it is
+    sent, so only what the server side keeps adds up).
+    """
+    import tracemalloc
+
+    from asgiref.testing import ApplicationCommunicator
+    from django.core.asgi import get_asgi_application
+
+    from contextlab.core.bodylimit import BodyLimitMiddleware
+
+    app = ApplicationCommunicator(BodyLimitMiddleware(get_asgi_application()), _upload_scope(headers, path))
+    tracemalloc.start()
+    sent = 0
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        while sent < pieces and await app.receive_nothing(timeout=0.05, interval=0.01):
+            await app.send_input({"type": "http.request", "body": b"\0" * MB, "more_body": sent < pieces - 1})
+            sent += 1
+        start = await app.receive_output(timeout=30)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return start, sent, peak
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("credential", [(b"authorization", b"Bearer cl_forged_0123456789"),
+                                        (b"cookie", b"sessionid=forgedsessionkey0123456789abcdef")])
+async def test_the_middleware_refuses_a_forged_credential_at_the_small_limit(settings, credential):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * MB
+    start, sent, peak = await _post_in_pieces([(b"content-type", b"multipart/form-data; boundary=x"),
+                                               credential], 40)
+    assert start["status"] == 413
+    assert sent <= 6
+    assert peak < 8 * MB, f"{peak / MB:.1f} MB"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_middleware_lets_a_real_token_upload_past_the_small_limit(settings):
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth.models import User
+
+    from contextlab.api.models import ApiToken
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * MB
+    user = await sync_to_async(User.objects.create_user)("uploader", password="uploader-password-1")
+    token = (await sync_to_async(ApiToken.issue)(user=user, name="upload"))[1]
+    start, sent, _ = await _post_in_pieces([(b"content-type", b"multipart/form-data; boundary=x"),
+                                      (b"authorization", b"Bearer " + token.encode())], 6)
+    # Past the small limit, the view reads the (malformed) form and explains it.
+    assert start["status"] == 400 and sent == 6
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_middleware_lets_a_logged_in_browser_upload_past_the_small_limit(settings):
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * MB
+
+    def log_in() -> str:
+        browser = Client()
+        browser.force_login(User.objects.create_user("browser", password="browser-password-1"))
+        return browser.cookies[settings.SESSION_COOKIE_NAME].value
+
+    session_key = await sync_to_async(log_in)()
+    cookie = (b"cookie", b"csrftoken=x; " + settings.SESSION_COOKIE_NAME.encode() + b"=" + session_key.encode())
+    start, sent, _ = await _post_in_pieces([(b"content-type", b"multipart/form-data; boundary=x"), cookie], 6,
+                                           path="/import/")
+    # Past the small limit: the page's own checks answer (no CSRF token here).
+    assert start["status"] == 403 and sent == 6

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from contextlab.engine.errors import MalformedInput, UnknownFormat
 from contextlab.engine.messages import (
@@ -141,16 +141,25 @@ def decode(raw: bytes) -> str:
 def read_source(path: str | Path) -> Source:
     file_path = Path(path)
     try:
-        raw = file_path.read_bytes()
         mtime = dt.datetime.fromtimestamp(file_path.stat().st_mtime, tz=dt.UTC)
+        with file_path.open("rb") as fh:
+            source = Source(
+                path=str(file_path),
+                kind="jsonl",
+                mtime=mtime.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            )
+            # JSON Lines are parsed as they are read: the import holds the parsed
+            # records and one line, never the file's bytes, its text and its lines
+            # all at once besides them.
+            if _read_jsonl(fh, source):
+                return source
+            fh.seek(0)
+            raw = fh.read()
     except OSError as exc:
         raise MalformedInput(f"cannot read {file_path}: {exc.strerror or exc}", field="file") from None
     text = decode(raw)
-    source = Source(
-        path=str(file_path),
-        kind="json",
-        mtime=mtime.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-    )
+    del raw
+    source.kind = "json"
     stripped = text.lstrip()
     if not stripped:
         raise MalformedInput("the file is empty", field="file")
@@ -160,15 +169,39 @@ def read_source(path: str | Path) -> Source:
         return source
     if stripped[0] not in "[{":
         raise unknown_format("the file is not JSON, JSON Lines or a server-sent event stream")
-    lines = text.split("\n")
-    non_empty = [n for n, line in enumerate(lines) if line.strip()]
-    if len(non_empty) > 1 and _is_jsonl(lines[non_empty[0]]):
-        source.kind = "jsonl"
-        for n in non_empty:
-            source.records.append((n, parse_json(lines[n], f"at line {n + 1}", n + 1)))
-        return source
     source.value = parse_json(text, "in the file")
     return source
+
+
+def _read_jsonl(fh: BinaryIO, source: Source) -> bool:
+    """Parse ``fh`` into ``source.records`` when it holds JSON Lines (more than one
+    non-empty line, the first a complete JSON value); False, reading only up to
+    its second non-empty line, when it does not."""
+    offset = 0
+    first: tuple[int, str] | None = None
+    for n, raw_line in enumerate(fh):
+        line = _decoded_line(raw_line, offset, bom=n == 0)
+        offset += len(raw_line)
+        if not line.strip():
+            continue
+        if first is None:
+            if line.lstrip()[0] not in "[{" or not _is_jsonl(line):
+                return False
+            first = (n, line)
+            continue
+        if not source.records:
+            source.records.append((first[0], parse_json(first[1], f"at line {first[0] + 1}", first[0] + 1)))
+        source.records.append((n, parse_json(line, f"at line {n + 1}", n + 1)))
+    return bool(source.records)
+
+
+def _decoded_line(raw: bytes, offset: int, *, bom: bool) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedInput(f"not valid UTF-8 at byte {offset + exc.start}", field="file") from None
+    text = text[:-1] if text.endswith("\n") else text
+    return text[1:] if bom and text.startswith("\ufeff") else text
 
 
 def _is_jsonl(first_line: str) -> bool:

@@ -10,7 +10,7 @@ import re
 import shutil
 import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -19,6 +19,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
+from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -153,23 +154,6 @@ def _bundle_member_path(name: str) -> str | None:
     return relative.as_posix()
 
 
-def _check_row_paths(rows: dict[str, list[dict[str, Any]]]) -> None:
-    """Paths in the rows name workspace files; each must be one a bundle may carry."""
-    checks = (("offloaded_files.jsonl", "path"), ("messages.jsonl", "archive_file"))
-    for file_name, key in checks:
-        for index, record in enumerate(rows.get(file_name, [])):
-            value = record.get(key) if isinstance(record, dict) else None
-            if key == "archive_file" and not value:
-                continue
-            try:
-                kept = isinstance(value, str) and _bundle_keeps(relative_parts(value))
-            except UnsafePath:
-                kept = False
-            if not kept:
-                raise MalformedInput(f"{file_name}[{index}].{key} names {value!r}, not a file of the session's "
-                                     "workspace", field="file")
-
-
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int]) -> bytes:
     """A member's bytes, counted against ``budget`` as they come out of decompression.
 
@@ -184,18 +168,31 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[i
     return b"".join(parts)
 
 
-def _read_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int]) -> list[Any]:
-    """The JSON lines of a member, read line by line: only the parsed rows are held."""
-    rows: list[Any] = []
+def _iter_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
+               budget: list[int]) -> Iterator[tuple[int, int, Any]]:
+    """The JSON lines of a member as (1-based line, bytes, value), one at a time: only the current line is held.
+
+    Each line has a budget of its own (``_longest_json``), apart from the
+    bundle's total, so a few huge lines are refused before they are parsed.
+    """
     longest = _longest_json()
     with archive.open(info) as member:
+        number = 0
         while line := member.readline(longest + 1):
+            number += 1
             _spend(budget, len(line))
             if len(line) > longest:
-                raise PayloadTooLarge(f"{info.filename} holds a line longer than {longest:,} bytes", field="file")
+                raise PayloadTooLarge(f"{info.filename} line {number} is longer than the {longest:,}-byte limit "
+                                      "for one line of a bundle (CONTEXTLAB_MAX_BODY_BYTES × 2)", field="file")
             if line.strip():
-                rows.append(json.loads(line))
-    return rows
+                try:
+                    value = json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    raise MalformedInput(f"{info.filename} line {number} is not valid JSON: {exc}",
+                                         field="file") from exc
+                size = len(line)
+                del line
+                yield number, size, value
 
 
 def _longest_json() -> int:
@@ -214,7 +211,13 @@ def _copy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, 
 def _spend(budget: list[int], size: int) -> None:
     budget[0] -= size
     if budget[0] < 0:
-        raise PayloadTooLarge("the bundle unpacks to more than the upload limit allows", field="file")
+        total = _unpacked_limit()
+        raise PayloadTooLarge(f"the bundle unpacks to more than {total:,} bytes (4 × the upload limit, "
+                              "CONTEXTLAB_MAX_UPLOAD_BYTES)", field="file")
+
+
+def _unpacked_limit() -> int:
+    return 4 * int(settings.CONTEXTLAB_MAX_UPLOAD_BYTES)
 
 
 def _bundle_profile(owner: User, data: Mapping[str, Any]) -> AgentProfile:
@@ -242,17 +245,16 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
     The session keeps its id when that id is free (so the notices in its
     messages still name its own workspace), else it gets a new one.
     """
-    limit = settings.CONTEXTLAB_MAX_UPLOAD_BYTES
     try:
         archive = zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data)
         infos = archive.infolist()
     except zipfile.BadZipFile as exc:
         raise MalformedInput(f"not a session bundle: {exc}", field="file") from exc
-    # Declared sizes refuse an honest oversized bundle at once; ``_read_member``
-    # holds a lying one to the same total.
-    if sum(info.file_size for info in infos) > 4 * limit:
-        raise PayloadTooLarge("the bundle unpacks to more than the upload limit allows", field="file")
-    budget = [4 * limit]
+    # Declared sizes refuse an honest oversized bundle at once; ``_spend``
+    # holds a lying one to the same total as decompression really produces it.
+    if sum(info.file_size for info in infos) > _unpacked_limit():
+        _spend([0], 1)
+    budget = [_unpacked_limit()]
     names = {info.filename for info in infos}
     if "session.json" not in names:
         raise MalformedInput("not a session bundle: session.json is missing", field="file")
@@ -260,9 +262,9 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
     try:
         manifest_info = archive.getinfo("session.json")
         if manifest_info.file_size > _longest_json():
-            raise PayloadTooLarge(f"session.json is larger than {_longest_json():,} bytes", field="file")
+            raise PayloadTooLarge(f"session.json is larger than the {_longest_json():,}-byte limit for one JSON "
+                                  "document of a bundle (CONTEXTLAB_MAX_BODY_BYTES × 2)", field="file")
         manifest = json.loads(_read_member(archive, manifest_info, budget))
-        rows = {name: _read_rows(archive, archive.getinfo(name), budget) for name in _BUNDLE_ROWS if name in names}
     except (ValueError, RecursionError, zipfile.BadZipFile) as exc:
         raise MalformedInput(f"the bundle holds invalid JSON: {exc}", field="file") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
@@ -270,20 +272,27 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
     for key in ("engine_state", "profile", "session"):
         if manifest.get(key) is not None and not isinstance(manifest[key], dict):
             raise MalformedInput(f"session.json: {key} must be an object", field="file")
-    for name, records in rows.items():
-        if not all(isinstance(record, dict) for record in records):
-            raise MalformedInput(f"{name}: every line must be an object", field="file")
-    _check_row_paths(rows)
-
+    row_infos = {name: archive.getinfo(name) for name in _BUNDLE_ROWS if name in names}
     try:
-        session = _bundle_restore(owner, profile, manifest, rows, archive, files, budget)
-    except (TypeError, ValueError, KeyError, DatabaseError, zipfile.BadZipFile) as exc:
-        raise MalformedInput(f"the bundle does not describe a valid session: {exc}", field="file") from exc
+        session = _bundle_restore(owner, profile, manifest, row_infos, archive, files, budget)
+    except zipfile.BadZipFile as exc:
+        raise MalformedInput(f"not a session bundle: {exc}", field="file") from exc
+    except (TypeError, ValueError, KeyError, DatabaseError) as exc:
+        # The text of a database error names a table and a constraint, nothing
+        # the sender can act on: the rows were checked field by field before.
+        log.info("session bundle refused: %s", exc)
+        raise MalformedInput(f"the bundle does not describe a valid session ({type(exc).__name__})",
+                             field="file") from exc
     return session
 
 
+# Rows are inserted in batches of about this many bytes of JSON (or this many rows).
+_BATCH_BYTES = 2 * 1024 * 1024
+_BATCH_ROWS = 500
+
+
 def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[str, Any],
-                    rows: dict[str, list[dict[str, Any]]], archive: zipfile.ZipFile,
+                    row_infos: dict[str, zipfile.ZipInfo], archive: zipfile.ZipFile,
                     files: dict[str, zipfile.ZipInfo], budget: list[int]) -> AgentSession:
     with transaction.atomic():
         profile = profile or _bundle_profile(owner, manifest.get("profile") or {})
@@ -297,26 +306,23 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
         for name in _BUNDLE_SESSION_FIELDS:
             if name in (manifest.get("session") or {}):
                 setattr(session, name, manifest["session"][name])
-        # A new turn is written without a lookup when its number is past turns_count
-        # (persistence._persist_turn): a bundle whose count lags its turn rows must not
-        # make the next turn collide with one of them.
-        numbers = [r["number"] for r in rows.get("turns.jsonl", []) if type(r.get("number")) is int]
-        if numbers and isinstance(session.turns_count, int) and max(numbers) > session.turns_count:
-            session.turns_count = max(numbers)
         try:
             session.full_clean(exclude=["owner", "profile", "engine_state", "source"])
         except ValidationError as exc:
             field, messages = next(iter(exc.message_dict.items()))
             raise MalformedInput(f"session.{field}: {' '.join(messages)}", field="file") from exc
         session.save(force_insert=True)
-        for name, (model, fields) in _BUNDLE_ROWS.items():
-            objects = []
-            for record in rows.get(name, []):
-                values = {k: record.get(k) for k in fields if k in record}
-                for key in _DATETIME_FIELDS & values.keys():
-                    values[key] = parse_datetime(str(values[key])) if values[key] else None
-                objects.append(model(session=session, **values))
-            model.objects.bulk_create(objects)
+        # Rows are checked and inserted as they are read, a batch at a time: a
+        # bundle costs the memory of one batch, not of all its rows.
+        for name, info in row_infos.items():
+            _insert_rows(session, name, _iter_rows(archive, info, budget))
+        # A new turn is written without a lookup when its number is past turns_count
+        # (persistence._persist_turn): a bundle whose count lags its turn rows must not
+        # make the next turn collide with one of them.
+        highest = session.turns.aggregate(highest=Max("number"))["highest"]
+        if highest is not None and isinstance(session.turns_count, int) and highest > session.turns_count:
+            session.turns_count = highest
+            session.save(update_fields=["turns_count"])
         workspace = session.workspace
         # A folder left by a session deleted outside the services is stale.
         shutil.rmtree(workspace, ignore_errors=True)
@@ -333,3 +339,67 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
     return session
 
 
+def _insert_rows(session: AgentSession, name: str, rows: Iterable[tuple[int, int, Any]]) -> None:
+    model, fields = _BUNDLE_ROWS[name]
+    required = _required_fields(model, fields)
+    batch: list[Any] = []
+    batch_bytes = 0
+    # The live messages are what the engine loads whenever the session is
+    # opened: a bundle may not make that larger than one JSON document may be.
+    live_budget = _longest_json()
+    for number, size, record in rows:
+        where = f"{name} line {number}"
+        if not isinstance(record, dict):
+            raise MalformedInput(f"{where}: every line must be an object", field="file")
+        _check_row_path(name, where, record)
+        if model is SessionMessage and record.get("status", SessionMessage.Status.LIVE) == SessionMessage.Status.LIVE:
+            live_budget -= size
+            if live_budget < 0:
+                raise PayloadTooLarge(f"{where}: the live messages of the bundle hold more than the "
+                                      f"{_longest_json():,}-byte limit of a session's live context "
+                                      "(CONTEXTLAB_MAX_BODY_BYTES × 2)", field="file")
+        values = {k: record[k] for k in fields if k in record}
+        for key, needed in required.items():
+            if values.get(key, needed) is None:
+                raise MalformedInput(f"{where}: {key} is required", field="file")
+        for key in _DATETIME_FIELDS & values.keys():
+            values[key] = parse_datetime(str(values[key])) if values[key] else None
+        batch.append(model(session=session, **values))
+        # The row's size as JSON is what it costs in memory, to within a small factor.
+        batch_bytes += size
+        if len(batch) >= _BATCH_ROWS or batch_bytes >= _BATCH_BYTES:
+            model.objects.bulk_create(batch)
+            batch, batch_bytes = [], 0
+    if batch:
+        model.objects.bulk_create(batch)
+
+
+def _required_fields(model: type[Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """The row fields the database cannot store as null, each with what a missing one becomes.
+
+    A missing field takes the model's default (a text field's is the empty
+    string); None means it has none, so the row must carry a value.
+    """
+    out: dict[str, Any] = {}
+    for name in fields:
+        field = model._meta.get_field(name)
+        if not field.null and not getattr(field, "auto_now_add", False):
+            out[name] = field.get_default() if field.has_default() or field.empty_strings_allowed else None
+    return out
+
+
+def _check_row_path(file_name: str, where: str, record: dict[str, Any]) -> None:
+    """Paths in the rows name workspace files; each must be one a bundle may carry."""
+    key = {"offloaded_files.jsonl": "path", "messages.jsonl": "archive_file"}.get(file_name)
+    if key is None:
+        return
+    value = record.get(key)
+    if key == "archive_file" and not value:
+        return
+    try:
+        kept = isinstance(value, str) and _bundle_keeps(relative_parts(value))
+    except UnsafePath:
+        kept = False
+    if not kept:
+        raise MalformedInput(f"{where}: {key} names {value!r}, not a file of the session's workspace",
+                             field="file")
