@@ -686,7 +686,9 @@ def load_recorded_request(data: dict[str, Any], seq: int) -> RecordedRequest:
                            body=body, reply_text=str(reply),
                            reply_tool_calls=list(data.get("response_tool_calls") or []),
                            usage=data["usage"] if isinstance(data.get("usage"), dict) else None,
-                           session_header=str(data.get("session_id") or ""))
+                           session_header=str(data.get("session_id") or ""),
+                           client_conversation_id=str(data.get("client_id") or ""),
+                           trace_id=str(data.get("trace_id") or ""), resource=str(data.get("resource") or ""))
 
 
 def requests_report(observer: Observer) -> dict[str, Any]:

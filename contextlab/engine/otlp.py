@@ -25,6 +25,7 @@ Pure: no Django, no network.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -267,6 +268,16 @@ def _usage(attributes: Mapping[str, Any]) -> dict[str, int] | None:
     return usage or None
 
 
+def resource_digest(resource: Mapping[str, Any]) -> str:
+    """What tells one sender (an agent's process) from another: its resource, without the SDK's own
+    attributes; "" for an empty resource."""
+    own = {k: v for k, v in resource.items() if not k.startswith("telemetry.")}
+    if not own:
+        return ""
+    text = json.dumps(own, sort_keys=True, ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
+
+
 def llm_requests(spans: list[Span]) -> list[dict[str, Any]]:
     """The LLM calls among ``spans``, oldest first, as request records (see the module's doc)."""
     calls: list[tuple[int, str, dict[str, Any]]] = []
@@ -289,6 +300,7 @@ def llm_requests(spans: list[Span]) -> list[dict[str, Any]]:
         session = (attributes.get("gen_ai.conversation.id") or attributes.get("session.id")
                    or span.resource.get("session.id") or "")
         calls.append((span.start_ns, span.span_id, {
+            "resource": resource_digest(span.resource),
             "body": body,
             "response_text": reply.get("content") or "",
             "response_tool_calls": reply.get("tool_calls") or [],

@@ -225,6 +225,12 @@ class ObservedCall(models.Model):
     # "<trace id>/<span id>" of a call received as an OpenTelemetry span: an exporter
     # sends a batch again when its answer was lost, and the span is recorded once.
     span = models.CharField(max_length=100, blank=True)
+    # Identity evidence beside the messages (``contextlab.engine.observe.identity_score``):
+    # the conversation id a gateway adapter read from the client (Claude Code's,
+    # Codex's session id), the caller's trace, a digest of the sender's resource.
+    client_id = models.CharField(max_length=300, blank=True)
+    trace_id = models.CharField(max_length=32, blank=True)
+    resource = models.CharField(max_length=64, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:

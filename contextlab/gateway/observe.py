@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -57,14 +58,28 @@ def _post_raw(provider: UpstreamProvider, api_key: str, data: bytes, *, stream: 
     return http.send(request, stream=stream)
 
 
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def caller_trace_id(headers: Mapping[str, str]) -> str:
+    """The trace id of the caller's W3C ``traceparent``; "" without one (or an invalid one)."""
+    match = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
+    return match.group(1) if match and match.group(1) != "0" * 32 else ""
+
+
 def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
             body: dict[str, Any], session_header: str,
-            for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]]) -> HttpResponseBase:
+            for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]],
+            client_conversation_id: str = "") -> HttpResponseBase:
     """Send the agent's bytes upstream and its answer back; record the call.
 
-    ``for_server`` adapts the relayed stream to the server (WSGI or ASGI)."""
+    ``for_server`` adapts the relayed stream to the server (WSGI or ASGI).
+    ``client_conversation_id`` is the conversation id the client sent in its own
+    header (an adapter reads it: Claude Code's session id, Codex's): the
+    inference never puts two ids in one conversation, nor splits one id's calls."""
     stream = body.get("stream") is True
-    call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300])
+    call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300],
+                        client_id=client_conversation_id[:300], trace_id=caller_trace_id(request.headers))
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
     start = time.perf_counter()
     try:
@@ -198,7 +213,8 @@ def _finish(call: ObservedCall, builder: sse.ReplyBuilder, start: float, error: 
 def _recorded_request(seq: int, call: ObservedCall) -> RecordedRequest:
     return RecordedRequest(seq=seq, body=call.body if isinstance(call.body, dict) else {},
                            reply_text=call.reply_text, session_header=call.session_header,
-                           reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage)
+                           reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage,
+                           client_conversation_id=call.client_id, trace_id=call.trace_id, resource=call.resource)
 
 
 def record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
@@ -350,7 +366,8 @@ def record_spans(*, owner: User, profile: AgentProfile, records: list[dict[str, 
             owner=owner, profile=profile, body=record["body"], reply_text=str(record.get("response_text") or ""),
             reply_tool_calls=list(record.get("response_tool_calls") or []),
             usage=record["usage"] if isinstance(record.get("usage"), dict) else None,
-            session_header=str(record.get("session_id") or "")[:300], status_code=200, span=span)
+            session_header=str(record.get("session_id") or "")[:300], status_code=200, span=span,
+            trace_id=str(record.get("trace_id") or "")[:32], resource=str(record.get("resource") or "")[:64])
             for record, span in fresh]
         sessions = _rebuild(owner.pk, profile, calls)
     unique: dict[Any, AgentSession] = {s.pk: s for s in sessions.values()}
