@@ -68,7 +68,8 @@ def _squash(text: str) -> str:
 
 
 def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    # "surrogatepass": a lone surrogate that reached the inference still gets a key, not an error.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def message_keys(messages: list[dict[str, Any]]) -> list[str]:

@@ -50,7 +50,7 @@ from contextlab.sessions.models import (
     Turn,
 )
 from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH
-from contextlab.sessions.services.profiles import profile_default
+from contextlab.sessions.services.profiles import profile_observed
 
 OBSERVED_POLICY = "observed"
 
@@ -307,7 +307,7 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
 def observed_session_create(*, owner: User, requests: list[RecordedRequest], title: str,
                             source: dict[str, Any], profile: AgentProfile | None = None) -> AgentSession:
     """A new session holding what the inference found in ``requests``."""
-    profile = profile or profile_default(owner=owner)
+    profile = profile or profile_observed(owner=owner)
     session = AgentSession.objects.create(
         owner=owner, profile=profile, title=title[:MAX_TITLE_LENGTH], source=source,
         tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
