@@ -111,6 +111,7 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     call.upstream_ms = (time.perf_counter() - start) * 1000
     if answer.status_code == 200:
         _reply_from_completion(call, content)
+        telemetry.note_completion(span, content)
     session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content)
     response["X-ContextLab-Managed"] = "false"
@@ -122,8 +123,14 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
 def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> AgentSession | None:
     """``record``, and the call's span ended with what it found (when telemetry is on)."""
     session = record(call, provider)
-    telemetry.finish_gateway_span(span, status_code=call.status_code, usage=call.usage,
-                                  session_id=session.pk if session is not None else None, error=call.error)
+    if span is not None:
+        reply: dict[str, Any] = {"role": "assistant", "content": call.reply_text or None}
+        if call.reply_tool_calls:
+            reply["tool_calls"] = call.reply_tool_calls
+        telemetry.finish_gateway_span(span, status_code=call.status_code, usage=call.usage,
+                                      session_id=session.pk if session is not None else None, error=call.error,
+                                      request=call.body if isinstance(call.body, dict) else None,
+                                      reply=reply if call.status_code == 200 and not call.error else None)
     return session
 
 
@@ -184,7 +191,7 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any)
                 except ValueError:
                     continue
             if done and not recorded:
-                _finish(call, builder, start, "")
+                _finish(call, builder, start, "", span)
                 _recorded(call, provider, span)
                 recorded = True
             yield chunk
@@ -193,7 +200,7 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any)
     finally:
         answer.close()
         if not recorded:
-            _finish(call, builder, start, call.error or ("" if builder.complete else "the stream ended early"))
+            _finish(call, builder, start, call.error or ("" if builder.complete else "the stream ended early"), span)
             _recorded(call, provider, span)
 
 
@@ -201,7 +208,9 @@ def _provider_of(call: ObservedCall) -> UpstreamProvider:
     return UpstreamProvider.objects.get(profile_id=call.profile_id)
 
 
-def _finish(call: ObservedCall, builder: sse.ReplyBuilder, start: float, error: str) -> None:
+def _finish(call: ObservedCall, builder: sse.ReplyBuilder, start: float, error: str, span: Any = None) -> None:
+    telemetry.note_answer(span, model=builder.model,
+                          finish_reasons=[builder.finish_reason] if builder.finish_reason else [])
     call.status_code = 200
     call.error = error
     call.upstream_ms = (time.perf_counter() - start) * 1000
