@@ -215,3 +215,18 @@ def test_its_pages_say_observed_where_no_policy_of_ours_ran(gateway_server, alic
         page = browser.get(url).content.decode()
         assert "contextlab policy" not in page, url
         assert "observed" in page, url
+
+
+def test_it_files_the_sessions_in_the_profile_an_observe_mode_provider_routes_to(gateway_server, alice,
+                                                                                alice_token, memory) -> None:
+    from contextlab.gateway.models import UpstreamProvider
+
+    AgentProfile.objects.create(owner=alice, name="default")
+    watched = AgentProfile.objects.create(owner=alice, name="watched")
+    UpstreamProvider.objects.create(profile=watched, base_url="http://127.0.0.1:9/v1", api_key="sk-up",
+                                    mode=UpstreamProvider.Mode.OBSERVE)
+    with Provider(tool_loop(rounds=1)) as upstream:
+        _agent_run(upstream.base_url)
+    export = encode_spans(memory.get_finished_spans())
+    assert _post(gateway_server, alice_token, export.SerializeToString(), "application/x-protobuf").status_code == 200
+    assert AgentSession.objects.get(owner=alice).profile == watched
