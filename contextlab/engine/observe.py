@@ -311,8 +311,10 @@ def identity_score(request: RecordedRequest, keys: list[str], conversation: Conv
     messages = request.messages
     lead = _lead(messages)
     body = keys[lead:]
+    # The summary an agent inserts sits at the front, after the system prompt and maybe the task.
+    front = [text_of(m.get("content")) for m in messages[lead:lead + 3]]
     own_summary = any(
-        len(reply) >= MIN_QUOTE_CHARS and any(reply in text_of(m.get("content")) for m in messages[lead:])
+        len(reply) >= MIN_QUOTE_CHARS and any(reply in text for text in front)
         for reply in (s.reply_text.strip() for s in conversation.side_calls))
     if (not own_summary and len(body) == 1 and messages[lead].get("role") == "user"
             and body[0] not in conversation.seen_keys):
@@ -405,9 +407,10 @@ class Observer:
         if client and client in self._by_header:
             return self.conversations[self._by_header[client]]
         keys = message_keys(request.messages)
+        holders = {k: held for k in keys if (held := self._holders.get(k))}
         scores: dict[str, int] = {}
         for conversation in self.conversations.values():
-            others = {k for k in keys if self._holders.get(k, set()) - {conversation.id}}
+            others = {k for k, held in holders.items() if len(held) > 1 or conversation.id not in held}
             score = identity_score(request, keys, conversation, common=others)
             if score is not None:
                 scores[conversation.id] = score
