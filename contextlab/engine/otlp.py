@@ -188,15 +188,20 @@ def spans_from_json(data: Any) -> list[Span]:
     return read_export(data).spans
 
 
-def load_json_lines(text: str) -> list[Span]:
+def load_export(text: str) -> Export:
     """An OTLP JSON file: one export object, or one per line (the collector's file exporter)."""
     stripped = text.strip()
     if not stripped:
-        return []
+        return Export()
     try:
-        return spans_from_json(json.loads(stripped))
+        return read_export(json.loads(stripped))
     except json.JSONDecodeError:
-        return [span for line in stripped.splitlines() if line.strip() for span in spans_from_json(json.loads(line))]
+        return read_export([json.loads(line) for line in stripped.splitlines() if line.strip()])
+
+
+def load_json_lines(text: str) -> list[Span]:
+    """The spans ``load_export`` takes from an OTLP JSON file."""
+    return load_export(text).spans
 
 
 # -- attributes to chat messages ---------------------------------------------------------
@@ -425,3 +430,10 @@ def looks_like_otlp(head: bytes) -> bool:
 def iter_requests(text: str) -> Iterator[dict[str, Any]]:
     """The request records of an OTLP JSON file's text."""
     yield from llm_requests(load_json_lines(text))
+
+
+def file_requests(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The request records of an OTLP JSON file's text, and why the spans left out were rejected."""
+    export = load_export(text)
+    rejected = list(export.rejected)
+    return llm_requests(export.spans, rejected), rejected

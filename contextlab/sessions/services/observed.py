@@ -421,10 +421,10 @@ def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = ""
                 profile: AgentProfile | None = None) -> AgentSession:
     """An OTLP JSON trace file (spans of LLM calls) as the session of its main conversation."""
     from contextlab.engine.observe import load_recorded_request
-    from contextlab.engine.otlp import iter_requests
+    from contextlab.engine.otlp import file_requests
 
     try:
-        records = list(iter_requests(path.read_text(encoding="utf-8")))
+        records, rejected = file_requests(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedInput(f"the file is not an OTLP JSON trace export: {exc}", field="file") from exc
     if not records:
@@ -433,6 +433,7 @@ def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = ""
     requests = [load_recorded_request(record, record["seq"]) for record in records]
     observer = observe(requests)
     source = {"format": "otlp", "file": file_name or path.name, "requests": len(requests),
-              "messages": len(requests), "conversations": len(observer.conversations), "warnings": []}
+              "messages": len(requests), "conversations": len(observer.conversations),
+              "warnings": [f"span left out: {reason}" for reason in rejected[:100]]}
     return observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
                                    title=title or f"Trace {file_name or path.name}")
