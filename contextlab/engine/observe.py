@@ -226,6 +226,8 @@ class Conversation:
     # carry for the last reply, the ids the client sent, the traces and the sender.
     seen_keys: set[str] = field(default_factory=set)
     reply_key: str = ""
+    # The keys the results of the last reply's tool calls will carry: they answer this conversation.
+    result_keys: set[str] = field(default_factory=set)
     client_id: str = ""
     trace_ids: set[str] = field(default_factory=set)
     resource: str = ""
@@ -330,7 +332,8 @@ def identity_score(request: RecordedRequest, keys: list[str], conversation: Conv
                 if k in conversation.seen_keys and k not in common and _distinctive(k, m)]
     score += min(3, len(distinct))
     last = conversation.keys[-1] if len(conversation.keys) > _lead(conversation.messages) else ""
-    if (last and last in body) or (conversation.reply_key and conversation.reply_key in body):
+    if ((last and last in body) or (conversation.reply_key and conversation.reply_key in body)
+            or any(k in conversation.result_keys for k in body)):
         score += 1
     if own_summary:
         score += 3
@@ -487,7 +490,9 @@ class Observer:
             reply["tool_calls"] = request.reply_tool_calls
         conversation.reply_key = (message_keys([*messages, reply])[-1]
                                   if request.reply_text or request.reply_tool_calls else "")
-        for key in (*keys, conversation.reply_key):
+        conversation.result_keys = {f"tool:{c.get('id', '')}" for c in request.reply_tool_calls
+                                    if isinstance(c, dict) and c.get("id")}
+        for key in (*keys, conversation.reply_key, *conversation.result_keys):
             if key:
                 conversation.seen_keys.add(key)
                 self._holders.setdefault(key, set()).add(conversation.id)
@@ -559,7 +564,7 @@ class Observer:
         # Messages the conversation sent before the previous request, sent again
         # (the task an agent keeps above its summary): neither new nor a summary.
         restored = {i for i, k in enumerate(keys) if i > 0 and k not in before and k in conversation.seen_keys
-                    and k != conversation.reply_key}
+                    and k != conversation.reply_key and k not in conversation.result_keys}
         fresh = [i for i, k in enumerate(keys) if i > 0 and k not in before and i not in restored]
         summary_index = self._summary_index(conversation, messages, keys, fresh, retained_positions) if dropped else None
         summary_message = messages[summary_index] if summary_index is not None else None

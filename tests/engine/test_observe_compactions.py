@@ -233,3 +233,63 @@ def test_it_finds_the_summary_when_the_agent_folded_its_reply_into_it(counter: T
     assert len(observer.conversations) == 1
     assert [s["text"] for s in observer.conversations["c1"].summaries] == [SUMMARY_2]
     assert seen[-1][1].trace["outcome"] == "compacted"
+
+
+# -- any number of kept messages, any interleaving ------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _run(tag: str, rounds: int, shape: str, keep: int, as_system: bool) -> Shape:
+    """A run of ``rounds`` tool calls, then a compaction of ``shape`` keeping the last ``keep`` messages.
+
+    A request of nothing but ``[system, summary, new ask]`` is left out on purpose: when the agent
+    sends no conversation id, nothing in it says which of its runs it continues."""
+    system = {"role": "system", "content": f"You are coding agent {tag} of the payments team."}
+    task = user(f"Task {tag}: refactor the payment module and report what changed.")
+    steps = _replies([system, task], [call(f"{tag}-{i}") for i in range(rounds)])
+    held = _after(steps[-1])
+    summary_text = f"Summary for {tag}: {rounds} tool calls ran, the module is half refactored."
+    summary = {"role": "system" if as_system else "user", "content": summary_text}
+    ask = user(f"Go on with task {tag}, please, from the summary.")
+    tail = held[len(held) - keep:]
+    if shape == "keep-last":  # at least the newest message: with nothing at all, see the docstring
+        messages = [system, summary, *tail]
+    elif shape == "keep-task":
+        messages = [system, task, summary, *tail, ask]
+    else:  # keep-none: the summary, the agent's previous reply (a tool call and its result), a new ask
+        messages = [system, summary, *held[-2:], ask]
+    steps.append(Step(messages, answer(f"Continuing task {tag} now."), summary=summary_text))
+    return Shape(shape, steps)
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(min_value=2, max_value=5),
+                               st.sampled_from(["keep-last", "keep-task", "keep-none"]),
+                               st.integers(min_value=0, max_value=3), st.booleans()),
+                     min_size=1, max_size=3),
+       order=st.lists(st.integers(min_value=0, max_value=2), max_size=40))
+def test_every_compaction_of_interleaved_runs_is_found_once_in_its_own_run(runs, order) -> None:
+    shapes = [_run(f"r{i}", rounds, shape, max(1, min(keep, 2 * rounds)), as_system)
+              for i, (rounds, shape, keep, as_system) in enumerate(runs)]
+    queues = [list(shape.steps) for shape in shapes]
+    picks = [i % len(shapes) for i in order] + [i for i in range(len(shapes)) for _ in range(10)]
+    observer = Observer()
+    found: dict[int, set[str]] = {}
+    seq = 0
+    for index in picks:
+        if not queues[index]:
+            continue
+        step = queues[index].pop(0)
+        seq += 1
+        observation = observer.observe(RecordedRequest(
+            seq=seq, body={"messages": step.messages}, reply_text=step.reply.get("content") or "",
+            reply_tool_calls=step.reply.get("tool_calls") or []))
+        assert not observation.side_call
+        found.setdefault(index, set()).add(observation.conversation)
+    assert all(len(ids) == 1 for ids in found.values()), found
+    assert len({next(iter(ids)) for ids in found.values()}) == len(shapes)
+    for index, shape in enumerate(shapes):
+        conversation = observer.conversations[next(iter(found[index]))]
+        assert [s["text"] for s in conversation.summaries] == shape.summaries, shape.name
