@@ -245,7 +245,8 @@ def _run(tag: str, rounds: int, shape: str, keep: int, as_system: bool) -> Shape
     """A run of ``rounds`` tool calls, then a compaction of ``shape`` keeping the last ``keep`` messages.
 
     A request of nothing but ``[system, summary, new ask]`` is left out on purpose: when the agent
-    sends no conversation id, nothing in it says which of its runs it continues."""
+    sends no conversation id and no trace, nothing in it says which conversation it continues
+    (``test_a_bare_summary_and_ask_continue_only_by_id_or_trace``)."""
     system = {"role": "system", "content": f"You are coding agent {tag} of the payments team."}
     task = user(f"Task {tag}: refactor the payment module and report what changed.")
     steps = _replies([system, task], [call(f"{tag}-{i}") for i in range(rounds)])
@@ -293,3 +294,15 @@ def test_every_compaction_of_interleaved_runs_is_found_once_in_its_own_run(runs,
     for index, shape in enumerate(shapes):
         conversation = observer.conversations[next(iter(found[index]))]
         assert [s["text"] for s in conversation.summaries] == shape.summaries, shape.name
+
+
+def test_a_bare_summary_and_ask_continue_only_by_id_or_trace() -> None:
+    prompt = {"role": "system", "content": "You are the only agent with this prompt."}
+    bare = [prompt, user("Summary: the nightly build was half fixed."), user("go on")]
+    for trace, client, linked in (("", "", False), ("t-1", "", True), ("", "run-7", True)):
+        observer = Observer()
+        first = observer.observe(RecordedRequest(seq=1, body={"messages": [prompt, TASK]}, reply_text="On it.",
+                                                 trace_id=trace, client_conversation_id=client))
+        later = observer.observe(RecordedRequest(seq=2, body={"messages": bare}, trace_id=trace,
+                                                 client_conversation_id=client))
+        assert (later.conversation == first.conversation) is linked, (trace, client)
