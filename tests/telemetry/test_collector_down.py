@@ -38,7 +38,8 @@ def _spans() -> list:
 
 def test_it_writes_one_line_per_outage_and_drops_batches_without_trying(caplog) -> None:
     endpoint = f"http://127.0.0.1:{_closed_port()}/v1/traces"
-    exporter = telemetry._OneLineExporter(OTLPSpanExporter(endpoint=endpoint, timeout=1), endpoint)
+    # 3 s: long enough for the exporter's first retry, whose message names the cause.
+    exporter = telemetry._OneLineExporter(OTLPSpanExporter(endpoint=endpoint, timeout=3), endpoint)
     caplog.set_level(logging.INFO)
     spans = _spans()
     assert exporter.export(spans) == SpanExportResult.FAILURE
