@@ -230,3 +230,21 @@ def test_it_files_the_sessions_in_the_profile_an_observe_mode_provider_routes_to
     export = encode_spans(memory.get_finished_spans())
     assert _post(gateway_server, alice_token, export.SerializeToString(), "application/x-protobuf").status_code == 200
     assert AgentSession.objects.get(owner=alice).profile == watched
+
+
+def test_a_span_the_database_cannot_store_costs_only_itself(gateway_server, alice, alice_token) -> None:
+    from django.db import connection
+
+    # PostgreSQL stores no NUL character in JSON text; SQLite does. Either way the good span stays.
+    good = _llm_span("00000000000000b1", "Build the app for the first time, please.")
+    nul = _llm_span("00000000000000b2", "Build the app\x00 from the tarball.")
+    export = {"resourceSpans": [{"scopeSpans": [{"spans": [good, nul]}]}]}
+    answer = _post(gateway_server, alice_token, json.dumps(export).encode(), "application/json")
+    assert answer.status_code == 200, answer.text
+    spans = set(ObservedCall.objects.filter(owner=alice).values_list("span", flat=True))
+    assert any(s.endswith("/00000000000000b1") for s in spans)
+    if connection.vendor == "postgresql":
+        assert int(answer.json()["partialSuccess"]["rejectedSpans"]) == 1
+        assert "could not be stored" in answer.json()["partialSuccess"]["errorMessage"]
+    else:
+        assert answer.json() == {} and len(spans) == 2
