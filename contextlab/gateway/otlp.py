@@ -96,17 +96,27 @@ def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
         wbits = zlib.MAX_WBITS
     else:
         raise _Refused(415, INVALID_ARGUMENT, f"Content-Encoding {encoding!r} is not supported: send gzip or none")
-    stream = zlib.decompressobj(wbits)
-    try:
-        data = stream.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise _Refused(400, INVALID_ARGUMENT, f"the {encoding} body is corrupt: {exc}") from exc
-    if len(data) > limit or stream.unconsumed_tail:
-        raise _Refused(413, RESOURCE_EXHAUSTED, f"the export decompresses to more than {limit} bytes, "
-                                                f"the most this server accepts; lower the batch size")
-    if not stream.eof:
-        raise _Refused(400, INVALID_ARGUMENT, f"the {encoding} body is cut short")
-    return data
+    data = bytearray()
+    rest = body
+    while True:
+        # Never ``max_length=0``: zlib reads that as "no limit".
+        stream = zlib.decompressobj(wbits)
+        try:
+            data += stream.decompress(rest, limit + 1 - len(data))
+        except zlib.error as exc:
+            raise _Refused(400, INVALID_ARGUMENT, f"the {encoding} body is corrupt: {exc}") from exc
+        if len(data) > limit or stream.unconsumed_tail:
+            raise _Refused(413, RESOURCE_EXHAUSTED, f"the export decompresses to more than {limit} bytes, "
+                                                    f"the most this server accepts; lower the batch size")
+        if not stream.eof:
+            raise _Refused(400, INVALID_ARGUMENT, f"the {encoding} body is cut short")
+        rest = stream.unused_data
+        # gzip allows several members one after the other; each is part of the body.
+        if not rest or wbits == zlib.MAX_WBITS:
+            return bytes(data)
+        if len(data) >= limit:
+            raise _Refused(413, RESOURCE_EXHAUSTED, f"the export decompresses to more than {limit} bytes, "
+                                                    f"the most this server accepts; lower the batch size")
 
 
 def _payload(request: HttpRequest) -> dict[str, Any]:

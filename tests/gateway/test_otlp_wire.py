@@ -112,6 +112,14 @@ def test_it_refuses_a_gzip_bomb_with_a_413_once_it_passes_the_limit() -> None:
     assert getattr(refused.value, "status", None) == 413 and "1048576 bytes" in str(refused.value)
 
 
+def test_it_reads_every_member_of_a_gzip_body_within_the_limit() -> None:
+    two = gzip.compress(b'{"resourceSpans": ') + gzip.compress(b"[]}")
+    assert decompressed(two, "gzip", 1024) == b'{"resourceSpans": []}'
+    with pytest.raises(Exception) as refused:
+        decompressed(gzip.compress(b"x" * 600) + gzip.compress(b"y" * 600), "gzip", 1000)
+    assert getattr(refused.value, "status", None) == 413
+
+
 def test_it_sends_a_gzip_bomb_back_as_a_413_status(gateway_server, alice_token, settings) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
     answer = _post(gateway_server, alice_token, gzip.compress(b" " * (8 * 1024 * 1024)), "application/json",
