@@ -20,6 +20,7 @@ import base64
 import json
 import logging
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +35,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from contextlab.engine.errors import InvalidProfile
 from contextlab.engine.otlp import Export, llm_requests, read_export
@@ -119,26 +122,99 @@ def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
                                                     f"the most this server accepts; lower the batch size")
 
 
-def _payload(request: HttpRequest) -> dict[str, Any]:
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise DecodeError("a varint is cut short or too long")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """The length-delimited fields of a protobuf message as (number, wire type, bytes); the others skipped."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        value = b""
+        if wire == 0:
+            _, pos = _varint(data, pos)
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            value = data[pos:pos + length]
+            pos += length
+        else:
+            raise DecodeError(f"wire type {wire} is not one OTLP uses")
+        if pos > len(data):
+            raise DecodeError("a field is cut short")
+        yield number, wire, value
+
+
+def _span_by_span(data: bytes) -> tuple[dict[str, Any], list[str]]:
+    """An export that does not parse whole (a string that is not UTF-8, such as an encoded lone
+    surrogate): read span by span, so each bad span is rejected alone and the others are kept.
+    A body whose structure itself is broken still raises ``DecodeError``."""
+    rejected: list[str] = []
+    groups: list[dict[str, Any]] = []
+    for number, wire, resource_spans in _fields(data):
+        if (number, wire) != (1, 2):
+            continue
+        resource: dict[str, Any] | None = {}
+        scopes: list[dict[str, Any]] = []
+        for field_number, field_wire, value in _fields(resource_spans):
+            if (field_number, field_wire) == (1, 2):
+                try:
+                    resource = MessageToDict(Resource.FromString(value))
+                except DecodeError:
+                    resource = None
+            elif (field_number, field_wire) == (2, 2):
+                spans: list[dict[str, Any]] = []
+                for span_number, span_wire, span in _fields(value):
+                    if (span_number, span_wire) != (2, 2):
+                        continue
+                    try:
+                        spans.append(MessageToDict(ProtoSpan.FromString(span)))
+                    except DecodeError as exc:
+                        rejected.append(f"a span is not valid protobuf ({exc})"[:200])
+                scopes.append({"spans": spans})
+        if resource is None:
+            rejected += ["its resource is not valid protobuf"] * sum(len(s["spans"]) for s in scopes)
+            continue
+        groups.append({"resource": resource, "scopeSpans": scopes})
+    return {"resourceSpans": groups}, rejected
+
+
+def _payload(request: HttpRequest) -> tuple[dict[str, Any], list[str]]:
     try:
         raw = request.body
     except RequestDataTooBig as exc:
         raise _Refused(413, RESOURCE_EXHAUSTED,
                        "the export is larger than this server accepts; lower the batch size") from exc
     data = decompressed(raw, request.headers.get("Content-Encoding", ""), int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+    rejected: list[str] = []
     try:
         if _as_json(request):
             value = json.loads(data)
             if not isinstance(value, dict):
                 raise ValueError("an OTLP JSON export is an object with \"resourceSpans\"")
-            return value
+            return value, rejected
         message = ExportTraceServiceRequest()
-        message.ParseFromString(data)
+        try:
+            message.ParseFromString(data)
+            decoded: dict[str, Any] = MessageToDict(message)
+        except DecodeError:
+            decoded, rejected = _span_by_span(data)
     except (ValueError, DecodeError, RecursionError) as exc:
         raise _Refused(400, INVALID_ARGUMENT, f"not an OTLP trace export: {exc}"[:500]) from exc
-    decoded: dict[str, Any] = MessageToDict(message)
     _hex_ids(decoded)
-    return decoded
+    return decoded, rejected
 
 
 def _hex_ids(decoded: dict[str, Any]) -> None:
@@ -182,12 +258,13 @@ def traces(request: HttpRequest) -> HttpResponse:
     if (request.content_type or "") not in (JSON, PROTOBUF):
         return _refuse(request, 415, INVALID_ARGUMENT, f"send OTLP as {PROTOBUF} or {JSON}")
     try:
-        export = read_export(_payload(request))
+        payload, unreadable = _payload(request)
+        export = read_export(payload)
     except _Refused as exc:
         return _refuse(request, exc.status, exc.code, exc.message)
     except ValueError as exc:
         return _refuse(request, 400, INVALID_ARGUMENT, f"not an OTLP trace export: {exc}"[:500])
-    rejected = list(export.rejected)
+    rejected = [*unreadable, *export.rejected]
     records = llm_requests(export.spans, rejected)
     ref = request.headers.get("X-ContextLab-Profile", "").strip()
     try:

@@ -159,6 +159,24 @@ def test_it_keeps_the_valid_spans_of_a_batch_and_reports_the_others(gateway_serv
     assert AgentSession.objects.get(owner=alice).turns.count() == 1
 
 
+def test_it_keeps_the_valid_spans_of_a_protobuf_batch_with_one_that_is_not_utf8(gateway_server, alice,
+                                                                                 alice_token, memory) -> None:
+    with Provider(tool_loop(rounds=1)) as upstream:
+        _agent_run(upstream.base_url)
+    data = encode_spans(memory.get_finished_spans()).SerializeToString()
+    # The second call's reply, written as a lone surrogate's bytes: no protobuf string may hold them.
+    assert b"All done." in data
+    broken = data.replace(b"All done.", b"All\xed\xa0\x80don")
+    answer = _post(gateway_server, alice_token, broken, "application/x-protobuf")
+    assert answer.status_code == 200 and answer.headers["Content-Type"] == "application/x-protobuf"
+    parsed = ExportTraceServiceResponse()
+    parsed.ParseFromString(answer.content)
+    assert parsed.partial_success.rejected_spans == 1
+    assert "not valid protobuf" in parsed.partial_success.error_message
+    [call] = ObservedCall.objects.filter(owner=alice)
+    assert call.body["messages"][-1]["content"] == "Build the app."
+
+
 def test_it_files_the_sessions_in_the_users_only_profile(gateway_server, alice, alice_token, memory) -> None:
     mine = AgentProfile.objects.create(owner=alice, name="my-agent", max_input_length=32_000)
     with Provider(tool_loop(rounds=1)) as upstream:
