@@ -171,6 +171,7 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     upstream_ms = (time.perf_counter() - start) * 1000
     recording = time.perf_counter()
     reply, usage = _completion_parts(content) if answer.status_code == 200 else (None, None)
+    telemetry.note_completion(exchange.span, content)
     services.exchange_record(exchange, status_code=answer.status_code, reply=reply, usage=usage,
                              upstream_ms=upstream_ms)
     response = upstream.passthrough(answer, content)
@@ -256,6 +257,8 @@ def _record_stream(exchange: Exchange, builder: sse.ReplyBuilder, start: float, 
     reply = builder.message() if builder.complete and keep_reply else None
     if not builder.complete and not error:
         error = "the stream ended before the reply was complete"
+    telemetry.note_answer(exchange.span, model=builder.model,
+                          finish_reasons=[builder.finish_reason] if builder.finish_reason else [])
     services.exchange_record(exchange, status_code=200, reply=reply, usage=builder.usage,
                              upstream_ms=(time.perf_counter() - start) * 1000, error=error)
 
