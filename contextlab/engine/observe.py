@@ -135,14 +135,15 @@ class RecordedRequest:
     reply_tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] | None = None  # what the provider said the call cost
     # Another id the client sent for its conversation (a gateway adapter's
-    # X-Claude-Code-Session-Id, Codex's session id): the same weight as the header.
+    # X-Claude-Code-Session-Id, Codex's thread): the same weight as the header,
+    # which wins when both are sent.
     client_conversation_id: str = ""
     trace_id: str = ""  # the OpenTelemetry trace the call was made in, when known
     resource: str = ""  # a digest of the sender's OpenTelemetry resource (its process), when known
 
     @property
     def client_id(self) -> str:
-        return self.client_conversation_id or self.session_header
+        return self.session_header or self.client_conversation_id
 
     @property
     def messages(self) -> list[dict[str, Any]]:

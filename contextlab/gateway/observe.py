@@ -332,32 +332,34 @@ def _recorded_request(seq: int, call: ObservedCall, earlier: list[RecordedReques
     ``earlier``: the requests recorded before it, where the chain a Responses
     call continues (``previous_response_id``) is found."""
     body = call.body if isinstance(call.body, dict) else {}
-    session_header = call.session_header
     if call.endpoint != CHAT.endpoint:
-        body, session_header = _responses_view(call, body, earlier or [])
-    return RecordedRequest(seq=seq, body=body, reply_text=call.reply_text, session_header=session_header,
+        body = _responses_view(call, body, earlier or [])
+    # The agent's compaction request is a side call, under no id: the inference
+    # attaches it to the conversation it quotes.
+    named = not call.kind.startswith("compaction")
+    return RecordedRequest(seq=seq, body=body, reply_text=call.reply_text,
+                           session_header=call.session_header if named else "",
                            reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage,
-                           client_conversation_id=call.client_id, trace_id=call.trace_id, resource=call.resource)
+                           client_conversation_id=call.client_id if named else "", trace_id=call.trace_id,
+                           resource=call.resource)
 
 
 # Where the chat view of a Responses call keeps what the inference does not read.
 VIEW_KEY = "contextlab"
 
 
-def _responses_view(call: ObservedCall, body: dict[str, Any],
-                    earlier: list[RecordedRequest]) -> tuple[dict[str, Any], str]:
-    """A Responses call as a chat-completions body; and the conversation key it goes under.
+def _responses_view(call: ObservedCall, body: dict[str, Any], earlier: list[RecordedRequest]) -> dict[str, Any]:
+    """A Responses call as a chat-completions body.
 
-    A compaction request is the agent's context manager asking for a summary: a
-    side call, under no key, which the inference attaches to the conversation it
-    quotes. A call continuing ``previous_response_id`` carries only its new
-    items; the conversation before it is the chain the gateway saw go by."""
+    A compaction request is the agent's context manager asking for a summary. A
+    call continuing ``previous_response_id`` carries only its new items; the
+    conversation before it is the chain the gateway saw go by."""
     meta: dict[str, Any] = {"protocol": "openai.responses", "response_id": call.response_id, "kind": call.kind,
                             "opening": openai_responses.opening_request(openai_responses.items_of(body))[:400]}
     if call.kind.startswith("compaction"):
         view = openai_responses.compaction_side_call(body, remote=call.kind == "compaction.remote")
         view[VIEW_KEY] = meta
-        return view, ""
+        return view
     previous = body.get("previous_response_id")
     chain: list[dict[str, Any]] | None = None
     if isinstance(previous, str) and previous:
@@ -374,7 +376,7 @@ def _responses_view(call: ObservedCall, body: dict[str, Any],
             chain = [*found.messages, reply]
     view = openai_responses.to_chat(body, earlier=chain)
     view[VIEW_KEY] = meta
-    return view, call.session_header
+    return view
 
 
 def chain_warnings(requests: list[RecordedRequest], seqs: list[int]) -> list[str]:

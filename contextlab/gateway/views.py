@@ -388,11 +388,12 @@ def _responses_call(request: HttpRequest, wire: observe.Wire) -> HttpResponseBas
     compaction = openai_responses.compaction_kind(body, request.headers, endpoint=wire.endpoint)
     kind = f"compaction.{compaction}" if compaction else openai_responses.request_kind(request.headers)
     # The agent's own name for its conversation when it gives one (Codex's thread), before any inference.
-    session_header = explicit or openai_responses.conversation_key(request.headers, body)
+    conversation = openai_responses.conversation_key(request.headers, body)
     if observe.is_observed(provider):
         return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key, body=body,
-                               session_header=session_header, for_server=lambda it: _for_server(request, it),
+                               session_header=explicit, client_conversation_id=conversation,
+                               for_server=lambda it: _for_server(request, it),
                                wire=wire, kind=kind if kind != "turn" else "")
     return responses_managed.call(request, owner=user, profile=profile, provider=provider, api_key=api_key,
-                                  body=body, session_header=session_header, wire=wire, kind=kind,
+                                  body=body, session_header=explicit or conversation, wire=wire, kind=kind,
                                   retry=_is_retry(request), for_server=lambda it: _for_server(request, it))
