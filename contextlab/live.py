@@ -66,6 +66,11 @@ def publish(group: str, event: dict[str, Any], *, coalesce: str | None = None) -
 
 
 def _send(group: str, event: dict[str, Any]) -> None:
+    if not threading.main_thread().is_alive():
+        # The process is exiting (a coalesced event's timer fired while exit handlers, such as
+        # the span exporter's flush, still run): no thread pool takes new work any more, and
+        # no page is left to update. Pages catch up from the database on reconnect.
+        return
     layer = get_channel_layer()
     if layer is None:
         return

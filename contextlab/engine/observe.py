@@ -68,7 +68,8 @@ def _squash(text: str) -> str:
 
 
 def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    # "surrogatepass": a lone surrogate that reached the inference still gets a key, not an error.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def message_keys(messages: list[dict[str, Any]]) -> list[str]:
@@ -128,9 +129,21 @@ class RecordedRequest:
     seq: int
     body: dict[str, Any]
     reply_text: str = ""
+    # The conversation id the client sent, if any: ContextLab's session header,
+    # OpenInference's ``session.id``, GenAI's ``gen_ai.conversation.id``.
     session_header: str = ""
     reply_tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] | None = None  # what the provider said the call cost
+    # Another id the client sent for its conversation (a gateway adapter's
+    # X-Claude-Code-Session-Id, Codex's thread): the same weight as the header,
+    # which wins when both are sent.
+    client_conversation_id: str = ""
+    trace_id: str = ""  # the OpenTelemetry trace the call was made in, when known
+    resource: str = ""  # a digest of the sender's OpenTelemetry resource (its process), when known
+
+    @property
+    def client_id(self) -> str:
+        return self.session_header or self.client_conversation_id
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -210,6 +223,16 @@ class Conversation:
     last_reply: dict[str, Any] | None = None
     last_calls: dict[str, Any] | None = None  # the previous reply when it called tools
     turn: int = 0  # user messages seen so far, summaries excluded
+    # Identity evidence (see ``identity_score``): every message key the
+    # conversation sent or was answered with, the key its next request would
+    # carry for the last reply, the ids the client sent, the traces and the sender.
+    seen_keys: set[str] = field(default_factory=set)
+    reply_key: str = ""
+    # The keys the results of the last reply's tool calls will carry: they answer this conversation.
+    result_keys: set[str] = field(default_factory=set)
+    client_id: str = ""
+    trace_ids: set[str] = field(default_factory=set)
+    resource: str = ""
     tool_sizes: dict[str, list[tuple[int, int, bool]]] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)
 
@@ -240,6 +263,100 @@ class Conversation:
                 "tool_trajectories": {k: [list(s) for s in v] for k, v in self.tool_trajectories().items()}}
 
 
+# -- conversation identity ----------------------------------------------------------------------
+
+# A message shorter than this ("continue", "Working on it.", "ok") is what any
+# conversation may say: sharing it proves nothing. Tool calls and results are
+# known by their call ids and are never short in that sense.
+DISTINCT_CHARS = 16
+# What a candidate conversation needs to take a request, and what is decisive.
+LINK_SCORE = 2
+CLIENT_ID_SCORE = 1000
+
+
+def _lead(messages: list[dict[str, Any]]) -> int:
+    return 1 if messages and messages[0].get("role") in ("system", "developer") else 0
+
+
+def _distinctive(key: str, message: dict[str, Any]) -> bool:
+    if key.startswith(("tool:", "call:")):
+        return True
+    return len(_squash(text_of(message.get("content")))) >= DISTINCT_CHARS
+
+
+def identity_score(request: RecordedRequest, keys: list[str], conversation: Conversation, *,
+                   common: set[str]) -> int | None:
+    """How strongly ``request`` continues ``conversation``; None when it cannot.
+
+    Pure: reads the request, the conversation's evidence, and ``common``, the
+    request's message keys that another conversation holds too. The evidence:
+
+    * the client's own conversation id (``RecordedRequest.client_id``: a session
+      header, ``session.id``, an adapter's client id): the same id is decisive, a
+      different one rules the conversation out;
+    * the system prompt: the same one +1, another one -2;
+    * the request extends the conversation's previous request message for
+      message (the order of messages, the first task included) +2;
+    * messages the conversation sent or was answered with, held by no other
+      conversation and not short (``DISTINCT_CHARS``) +1 each, at most +3;
+    * the conversation's last message or its last reply is in the request (what
+      an agent keeps when it compacts) +1;
+    * a message holding a reply of the conversation's own side calls (the
+      summary its compactor wrote) +3;
+    * the same OpenTelemetry trace +1; another sender (resource) -1.
+
+    A request that only opens a task (one user message the conversation never
+    sent, nothing else) is a new conversation whatever else it shares, unless
+    the client id or the conversation's own summary says otherwise.
+    """
+    client = request.client_id
+    if client and conversation.client_id:
+        return CLIENT_ID_SCORE if client == conversation.client_id else None
+    messages = request.messages
+    lead = _lead(messages)
+    body = keys[lead:]
+    # The summary an agent inserts sits at the front, after the system prompt and maybe the task.
+    front = [text_of(m.get("content")) for m in messages[lead:lead + 3]]
+    own_summary = any(
+        len(reply) >= MIN_QUOTE_CHARS and any(reply in text for text in front)
+        for reply in (s.reply_text.strip() for s in conversation.side_calls))
+    if (not own_summary and len(body) == 1 and messages[lead].get("role") == "user"
+            and body[0] not in conversation.seen_keys):
+        return None
+    score = 0
+    system = request.system_prompt
+    if system or conversation.system_prompt:
+        score += 1 if system == conversation.system_prompt else -2
+    previous = conversation.keys[_lead(conversation.messages):]
+    if previous and body[:len(previous)] == previous:
+        score += 2
+    distinct = [k for k, m in zip(body, messages[lead:], strict=True)
+                if k in conversation.seen_keys and k not in common and _distinctive(k, m)]
+    score += min(3, len(distinct))
+    last = conversation.keys[-1] if len(conversation.keys) > _lead(conversation.messages) else ""
+    if ((last and last in body) or (conversation.reply_key and conversation.reply_key in body)
+            or any(k in conversation.result_keys for k in body)):
+        score += 1
+    if own_summary:
+        score += 3
+    if request.trace_id and request.trace_id in conversation.trace_ids:
+        score += 1
+    if request.resource and conversation.resource and request.resource != conversation.resource:
+        score -= 1
+    return score
+
+
+def choose_conversation(scores: dict[str, int]) -> str | None:
+    """The conversation with the best score of at least ``LINK_SCORE``; None when none reaches it
+    or two share the best (evidence that fits two conversations equally links neither)."""
+    ranked = sorted(scores.items(), key=lambda item: item[1], reverse=True)
+    if not ranked or ranked[0][1] < LINK_SCORE:
+        return None
+    if len(ranked) > 1 and ranked[1][1] == ranked[0][1]:
+        return None
+    return ranked[0][0]
+
+
 def _is_cut_notice(text: str) -> bool:
     return bool(_NOTICE.search(text))
 
@@ -256,6 +373,9 @@ class Observer:
         self.conversations: dict[str, Conversation] = {}
         self._threads: dict[tuple[str, str], tuple[str, str]] = {}  # (system, first user) -> (conversation, thread)
         self._by_header: dict[str, str] = {}
+        # Message key -> the conversations that sent it (or were answered with it):
+        # a key two conversations hold links neither.
+        self._holders: dict[str, set[str]] = {}
 
     # -- public ------------------------------------------------------------------------
 
@@ -276,8 +396,9 @@ class Observer:
                 self._threads[thread_key] = (parent.id, thread)
                 return self._side_call(request, parent, thread, first_user)
             conversation = self._new_conversation(request)
-        if request.session_header:
-            self._by_header[request.session_header] = conversation.id
+        if request.client_id:
+            self._by_header.setdefault(request.client_id, conversation.id)
+            conversation.client_id = conversation.client_id or request.client_id
         self._threads.setdefault(thread_key, (conversation.id, ""))
         return self._continue(conversation, request)
 
@@ -287,29 +408,19 @@ class Observer:
     # -- identity ----------------------------------------------------------------------
 
     def _conversation_for(self, request: RecordedRequest) -> Conversation | None:
-        if request.session_header and request.session_header in self._by_header:
-            return self.conversations[self._by_header[request.session_header]]
-        keys = set(message_keys(request.messages)[1:])
-        system = request.system_prompt
-        best: tuple[int, Conversation] | None = None
-        named_by = {c: h for h, c in self._by_header.items()}
+        client = request.client_id
+        if client and client in self._by_header:
+            return self.conversations[self._by_header[client]]
+        keys = message_keys(request.messages)
+        holders = {k: held for k in keys if (held := self._holders.get(k))}
+        scores: dict[str, int] = {}
         for conversation in self.conversations.values():
-            if request.session_header and named_by.get(conversation.id, request.session_header) != (
-                    request.session_header):
-                continue  # the client names another conversation, whatever the messages share
-            shared = len(keys & set(conversation.keys[1:]))
-            if system == conversation.system_prompt and self._leads_with_own_summary(request, conversation):
-                shared += 1
-            if shared and (best is None or shared > best[0]):
-                best = (shared, conversation)
-        return best[1] if best else None
-
-    def _leads_with_own_summary(self, request: RecordedRequest, conversation: Conversation) -> bool:
-        messages = request.messages
-        if len(messages) < 2:
-            return False
-        lead = text_of(messages[1].get("content"))
-        return any(s.reply_text.strip() and s.reply_text.strip() in lead for s in conversation.side_calls)
+            others = {k for k, held in holders.items() if len(held) > 1 or conversation.id not in held}
+            score = identity_score(request, keys, conversation, common=others)
+            if score is not None:
+                scores[conversation.id] = score
+        chosen = choose_conversation(scores)
+        return self.conversations[chosen] if chosen is not None else None
 
     def _quoted_by(self, request: RecordedRequest) -> Conversation | None:
         if not self.conversations:
@@ -378,6 +489,20 @@ class Observer:
                                    if request.reply_text and not request.reply_tool_calls else None)
         conversation.last_calls = ({"role": "assistant", "content": request.reply_text or None,
                                     "tool_calls": request.reply_tool_calls} if request.reply_tool_calls else None)
+        reply: dict[str, Any] = {"role": "assistant", "content": request.reply_text or None}
+        if request.reply_tool_calls:
+            reply["tool_calls"] = request.reply_tool_calls
+        conversation.reply_key = (message_keys([*messages, reply])[-1]
+                                  if request.reply_text or request.reply_tool_calls else "")
+        conversation.result_keys = {f"tool:{c.get('id', '')}" for c in request.reply_tool_calls
+                                    if isinstance(c, dict) and c.get("id")}
+        for key in (*keys, conversation.reply_key, *conversation.result_keys):
+            if key:
+                conversation.seen_keys.add(key)
+                self._holders.setdefault(key, set()).add(conversation.id)
+        if request.trace_id:
+            conversation.trace_ids.add(request.trace_id)
+        conversation.resource = request.resource or conversation.resource
         conversation.requests.append(request.seq)
         conversation.observations.append(observation)
         return observation
@@ -447,24 +572,20 @@ class Observer:
                     "tool_call_id": new.get("tool_call_id", ""), "bytes_before": byte_size(old_text),
                     "bytes_after": byte_size(new_text), "silent": not _is_cut_notice(new_text),
                     "notice": notice, "path": _path_in(notice)}))
-        # A new leading message that replaces dropped ones is a summary.
-        lead_index = 1 if len(messages) > 1 and messages[0].get("role") in ("system", "developer") else 0
-        summary_message = None
+        # Messages the conversation sent before the previous request, sent again
+        # (the task an agent keeps above its summary): neither new nor a summary.
+        restored = {i for i, k in enumerate(keys) if i > 0 and k not in before and k in conversation.seen_keys
+                    and k != conversation.reply_key and k not in conversation.result_keys}
+        fresh = [i for i, k in enumerate(keys) if i > 0 and k not in before and i not in restored]
+        summary_index = self._summary_index(conversation, messages, keys, fresh, retained_positions) if dropped else None
+        summary_message = messages[summary_index] if summary_index is not None else None
         first_retained = retained_positions[0] if retained_positions else len(messages)
-        summary_index = lead_index
-        if (dropped and lead_index < len(messages) and keys[lead_index] not in before
-                and lead_index < first_retained and lead_index < len(messages) - 1):
-            summary_message = messages[lead_index]
-        elif conversation.summary_key and conversation.summary_key in now_keys:
-            summary_message = None  # the summary is still there, unchanged
-        elif dropped:
+        if dropped and summary_index is None:
             # Some agents (Codex) put the summary after the messages they keep: a new
             # message holding the reply of one of the conversation's side calls is one.
-            found = self._side_reply_position(conversation, messages, keys, before)
-            if found is not None:
-                summary_index, summary_message = found, messages[found]
-        new_positions = [i for i, k in enumerate(keys) if i > 0 and k not in before
-                         and (summary_message is None or i != summary_index)]
+            summary_index = self._side_reply_position(conversation, messages, keys, before)
+            summary_message = messages[summary_index] if summary_index is not None else None
+        new_positions = [i for i in fresh if i != summary_index]
         observation.appended = len(new_positions)
         conversation.turn += sum(1 for i in new_positions if messages[i].get("role") == "user")
         observation.turn = conversation.turn
@@ -474,6 +595,7 @@ class Observer:
             events.append(Event("messages_dropped", {
                 "count": len(dropped), "messages": [self._brief(before[k], k) for _, k in dropped]}))
         if summary_message is not None:
+            assert summary_index is not None
             self._summary(conversation, summary_message, keys[summary_index], observation, dropped,
                           messages, keys, first_retained)
         elif dropped and conversation.summary_key and conversation.summary_key not in now_keys:
@@ -499,6 +621,35 @@ class Observer:
             text = text_of(messages[index].get("content"))
             if any(reply in text for reply in replies):
                 return index
+        return None
+
+    @staticmethod
+    def _summary_index(conversation: Conversation, messages: list[dict[str, Any]], keys: list[str],
+                       fresh: list[int], retained: list[int]) -> int | None:
+        """Where the summary sits in a request that dropped messages, if it holds one.
+
+        The agent's new messages come last (its previous reply, a tool result, a new
+        ask); a new message before them stands for what was dropped: kept last
+        (``[system, summary, last K]``), after the task it kept (``[system, task,
+        summary, ...]``) or before the previous reply (``[system, summary, reply,
+        ask]``), as a user or a system message.
+        """
+        lead = _lead(messages)
+        if conversation.reply_key and conversation.reply_key in keys:
+            tail = keys.index(conversation.reply_key)
+        elif retained:
+            tail = max(retained) + 1
+        else:
+            tail = len(messages) - 1  # everything is new: the last message is the ask
+        before_tail = [i for i in fresh if i < tail and messages[i].get("role") in ("user", "system", "developer")]
+        if before_tail:
+            return before_tail[0]
+        if lead in fresh and lead < len(messages) - 1 and (not retained or lead < retained[0]):
+            return lead
+        after = [i for i in fresh if i >= tail]
+        if (not conversation.reply_key or conversation.reply_key not in keys) and len(after) >= 2 and (
+                messages[after[0]].get("role") in ("user", "system", "developer")):
+            return after[0]  # [system, task, summary, ask]: the reply went into the summary
         return None
 
     def _summary(self, conversation: Conversation, message: dict[str, Any], key: str, observation: Observation,
@@ -574,7 +725,9 @@ def load_recorded_request(data: dict[str, Any], seq: int) -> RecordedRequest:
                            body=body, reply_text=str(reply),
                            reply_tool_calls=list(data.get("response_tool_calls") or []),
                            usage=data["usage"] if isinstance(data.get("usage"), dict) else None,
-                           session_header=str(data.get("session_id") or ""))
+                           session_header=str(data.get("session_id") or ""),
+                           client_conversation_id=str(data.get("client_id") or ""),
+                           trace_id=str(data.get("trace_id") or ""), resource=str(data.get("resource") or ""))
 
 
 def requests_report(observer: Observer) -> dict[str, Any]:

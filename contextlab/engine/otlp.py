@@ -25,6 +25,7 @@ Pure: no Django, no network.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -44,70 +45,163 @@ class Span:
     resource: dict[str, Any] = field(default_factory=dict)
 
 
-def _any_value(value: Any) -> Any:
-    """An OTLP JSON ``AnyValue`` as a plain value."""
+class RejectedSpan(ValueError):
+    """A span this reader cannot take as sent: a field of the wrong type, text no encoding can hold."""
+
+
+def _checked_text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise RejectedSpan(f"{where} is not a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A lone surrogate (a "\\ud800" escape in JSON): no UTF-8 text holds it.
+        raise RejectedSpan(f"{where} holds a lone surrogate") from exc
+    return value
+
+
+def _any_value(value: Any, where: str = "value") -> Any:
+    """An OTLP JSON ``AnyValue`` as a plain value; ``RejectedSpan`` when it is not one."""
+    if value is None:
+        return None
     if not isinstance(value, Mapping):
-        return value
-    for key in ("stringValue", "boolValue", "doubleValue"):
-        if key in value:
-            return value[key]
+        raise RejectedSpan(f"{where} is not an OTLP AnyValue object")
+    if "stringValue" in value:
+        return _checked_text(value["stringValue"], where)
+    if "boolValue" in value:
+        if not isinstance(value["boolValue"], bool):
+            raise RejectedSpan(f"{where}: boolValue is not a boolean")
+        return value["boolValue"]
+    if "doubleValue" in value:
+        number = value["doubleValue"]
+        if isinstance(number, bool) or not isinstance(number, (int, float, str)):
+            raise RejectedSpan(f"{where}: doubleValue is not a number")
+        return number
     if "intValue" in value:
+        number = value["intValue"]
+        # int64 travels as a string in OTLP JSON, as a number from some writers.
+        if isinstance(number, bool) or not isinstance(number, (int, str)):
+            raise RejectedSpan(f"{where}: intValue is not an integer")
         try:
-            return int(value["intValue"])  # int64 travels as a string in OTLP JSON
-        except (TypeError, ValueError):
-            return None
+            return int(number)
+        except ValueError as exc:
+            raise RejectedSpan(f"{where}: intValue is not an integer") from exc
     if "arrayValue" in value:
-        return [_any_value(v) for v in (value["arrayValue"] or {}).get("values") or []]
+        items = (value["arrayValue"] or {}).get("values") if isinstance(value["arrayValue"], Mapping) else None
+        if items is not None and not isinstance(items, list):
+            raise RejectedSpan(f"{where}: arrayValue.values is not a list")
+        return [_any_value(v, where) for v in items or []]
     if "kvlistValue" in value:
-        return _attributes((value["kvlistValue"] or {}).get("values") or [])
+        items = (value["kvlistValue"] or {}).get("values") if isinstance(value["kvlistValue"], Mapping) else None
+        return _attributes(items or [], where)
     if "bytesValue" in value:
-        return value["bytesValue"]
+        return _checked_text(value["bytesValue"], where)
     return None
 
 
-def _attributes(items: Any) -> dict[str, Any]:
+def _attributes(items: Any, where: str = "attributes") -> dict[str, Any]:
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise RejectedSpan(f"{where} is not a list of key-value objects")
     out: dict[str, Any] = {}
-    for item in items if isinstance(items, list) else []:
-        if isinstance(item, Mapping) and isinstance(item.get("key"), str):
-            out[item["key"]] = _any_value(item.get("value"))
+    for item in items:
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            raise RejectedSpan(f"{where}: an item is not a key-value object")
+        key = _checked_text(item["key"], f"{where} key")
+        out[key] = _any_value(item.get("value"), f"attribute {key[:80]!r}")
     return out
 
 
-def spans_from_json(data: Any) -> list[Span]:
-    """Every span of an OTLP JSON export (``{"resourceSpans": [...]}``), or of several, one per line."""
+def _span(raw: Any, resource: dict[str, Any]) -> Span:
+    if not isinstance(raw, Mapping):
+        raise RejectedSpan("a span is not an object")
+    ids = {}
+    for field_name, alias in (("traceId", "trace_id"), ("spanId", "span_id")):
+        value = raw.get(field_name, raw.get(alias, ""))
+        ids[field_name] = _checked_text(value if value is not None else "", field_name)
+    name = raw.get("name")
+    start_raw = raw.get("startTimeUnixNano", raw.get("start_time_unix_nano", 0))
+    if isinstance(start_raw, bool) or not isinstance(start_raw, (int, str)) or (
+            isinstance(start_raw, str) and start_raw and not start_raw.isdigit()):
+        raise RejectedSpan("startTimeUnixNano is not an integer")
+    return Span(trace_id=ids["traceId"], span_id=ids["spanId"],
+                name=_checked_text(name, "name") if name is not None else "",
+                start_ns=int(start_raw or 0), attributes=_attributes(raw.get("attributes")), resource=resource)
+
+
+@dataclass
+class Export:
+    """The spans of an OTLP export this reader took, and why it rejected the others."""
+
+    spans: list[Span] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+
+def read_export(data: Any) -> Export:
+    """Every span of an OTLP JSON export (``{"resourceSpans": [...]}``), or of several, one per
+    line; a span with a field of the wrong type or a lone surrogate is rejected alone, with its
+    reason, and the valid spans of the same export are kept."""
+    export = Export()
     if isinstance(data, list):
-        return [span for item in data for span in spans_from_json(item)]
+        for item in data:
+            inner = read_export(item)
+            export.spans += inner.spans
+            export.rejected += inner.rejected
+        return export
     if not isinstance(data, Mapping):
         raise ValueError("an OTLP trace export is a JSON object with \"resourceSpans\"")
-    spans: list[Span] = []
-    for resource_spans in data.get("resourceSpans") or data.get("resource_spans") or []:
+    groups = data.get("resourceSpans") or data.get("resource_spans") or []
+    if not isinstance(groups, list):
+        raise ValueError("\"resourceSpans\" is not a list")
+    for resource_spans in groups:
         if not isinstance(resource_spans, Mapping):
+            export.rejected.append("a resourceSpans item is not an object")
             continue
-        resource = _attributes((resource_spans.get("resource") or {}).get("attributes"))
-        for scope_spans in resource_spans.get("scopeSpans") or resource_spans.get("scope_spans") or []:
-            for raw in (scope_spans or {}).get("spans") or []:
-                if not isinstance(raw, Mapping):
-                    continue
-                try:
-                    start = int(raw.get("startTimeUnixNano") or raw.get("start_time_unix_nano") or 0)
-                except (TypeError, ValueError):
-                    start = 0
-                spans.append(Span(trace_id=str(raw.get("traceId") or raw.get("trace_id") or ""),
-                                  span_id=str(raw.get("spanId") or raw.get("span_id") or ""),
-                                  name=str(raw.get("name") or ""), start_ns=start,
-                                  attributes=_attributes(raw.get("attributes")), resource=resource))
-    return spans
+        scopes = resource_spans.get("scopeSpans") or resource_spans.get("scope_spans") or []
+        raws: list[Any] = []
+        for scope in scopes if isinstance(scopes, list) else [None]:
+            spans = scope.get("spans") if isinstance(scope, Mapping) else None
+            if isinstance(spans, list):
+                raws += spans
+            elif spans is not None or not isinstance(scope, Mapping):
+                export.rejected.append("a scopeSpans item is not an object with a list of spans")
+        try:
+            resource_raw = resource_spans.get("resource") or {}
+            if not isinstance(resource_raw, Mapping):
+                raise RejectedSpan("resource is not an object")
+            resource = _attributes(resource_raw.get("attributes"), "resource attributes")
+        except RejectedSpan as exc:
+            # Every span of a resource that cannot be read goes with it.
+            export.rejected += [str(exc)] * max(1, len(raws))
+            continue
+        for raw in raws:
+            try:
+                export.spans.append(_span(raw, resource))
+            except RejectedSpan as exc:
+                export.rejected.append(str(exc))
+    return export
 
 
-def load_json_lines(text: str) -> list[Span]:
+def spans_from_json(data: Any) -> list[Span]:
+    """The spans of an OTLP JSON export that ``read_export`` takes."""
+    return read_export(data).spans
+
+
+def load_export(text: str) -> Export:
     """An OTLP JSON file: one export object, or one per line (the collector's file exporter)."""
     stripped = text.strip()
     if not stripped:
-        return []
+        return Export()
     try:
-        return spans_from_json(json.loads(stripped))
+        return read_export(json.loads(stripped))
     except json.JSONDecodeError:
-        return [span for line in stripped.splitlines() if line.strip() for span in spans_from_json(json.loads(line))]
+        return read_export([json.loads(line) for line in stripped.splitlines() if line.strip()])
+
+
+def load_json_lines(text: str) -> list[Span]:
+    """The spans ``load_export`` takes from an OTLP JSON file."""
+    return load_export(text).spans
 
 
 # -- attributes to chat messages ---------------------------------------------------------
@@ -267,8 +361,29 @@ def _usage(attributes: Mapping[str, Any]) -> dict[str, int] | None:
     return usage or None
 
 
-def llm_requests(spans: list[Span]) -> list[dict[str, Any]]:
-    """The LLM calls among ``spans``, oldest first, as request records (see the module's doc)."""
+def resource_digest(resource: Mapping[str, Any]) -> str:
+    """What tells one sender (an agent's process) from another: its resource, without the SDK's own
+    attributes; "" for an empty resource."""
+    own = {k: v for k, v in resource.items() if not k.startswith("telemetry.")}
+    if not own:
+        return ""
+    text = json.dumps(own, sort_keys=True, ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
+
+
+def _unencodable(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, ValueError, TypeError):
+        return True
+    return False
+
+
+def llm_requests(spans: list[Span], rejected: list[str] | None = None) -> list[dict[str, Any]]:
+    """The LLM calls among ``spans``, oldest first, as request records (see the module's doc).
+
+    A call whose messages hold text no UTF-8 can store (a lone surrogate inside
+    the JSON of ``gen_ai.input.messages``) is left out, its reason added to ``rejected``."""
     calls: list[tuple[int, str, dict[str, Any]]] = []
     for span in spans:
         attributes = span.attributes
@@ -288,7 +403,8 @@ def llm_requests(spans: list[Span]) -> list[dict[str, Any]]:
         reply = _output_message(attributes) or {}
         session = (attributes.get("gen_ai.conversation.id") or attributes.get("session.id")
                    or span.resource.get("session.id") or "")
-        calls.append((span.start_ns, span.span_id, {
+        record = {
+            "resource": resource_digest(span.resource),
             "body": body,
             "response_text": reply.get("content") or "",
             "response_tool_calls": reply.get("tool_calls") or [],
@@ -296,7 +412,12 @@ def llm_requests(spans: list[Span]) -> list[dict[str, Any]]:
             "session_id": str(session),
             "trace_id": span.trace_id,
             "span_id": span.span_id,
-        }))
+        }
+        if _unencodable(record):
+            if rejected is not None:
+                rejected.append(f"span {span.span_id or span.name!r}: its messages hold a lone surrogate")
+            continue
+        calls.append((span.start_ns, span.span_id, record))
     calls.sort(key=lambda item: (item[0], item[1]))
     return [{"seq": seq, **record} for seq, (_, _, record) in enumerate(calls, start=1)]
 
@@ -309,3 +430,10 @@ def looks_like_otlp(head: bytes) -> bool:
 def iter_requests(text: str) -> Iterator[dict[str, Any]]:
     """The request records of an OTLP JSON file's text."""
     yield from llm_requests(load_json_lines(text))
+
+
+def file_requests(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The request records of an OTLP JSON file's text, and why the spans left out were rejected."""
+    export = load_export(text)
+    rejected = list(export.rejected)
+    return llm_requests(export.spans, rejected), rejected

@@ -241,6 +241,12 @@ class ObservedCall(models.Model):
     response_id = models.CharField(max_length=200, blank=True)
     # What the agent said the call was for, beside a turn: "compaction.local", "compaction.remote", "prewarm".
     kind = models.CharField(max_length=32, blank=True)
+    # Identity evidence beside the messages (``contextlab.engine.observe.identity_score``):
+    # the conversation id a gateway adapter read from the client (Claude Code's,
+    # Codex's session id), the caller's trace, a digest of the sender's resource.
+    client_id = models.CharField(max_length=300, blank=True)
+    trace_id = models.CharField(max_length=32, blank=True)
+    resource = models.CharField(max_length=64, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:

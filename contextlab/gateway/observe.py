@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -72,6 +73,9 @@ class StreamReader(Protocol):
     def apply(self, call: ObservedCall) -> None:
         """Set the call's reply and usage from what was read (only called when complete)."""
 
+    def note(self, span: Any) -> None:
+        """Put the answer's model and finish reasons on the gateway's span (telemetry)."""
+
 
 class _ChatStream:
     def __init__(self) -> None:
@@ -95,6 +99,10 @@ class _ChatStream:
         _set_reply(call, self.builder.message())
         call.usage = self.builder.usage
 
+    def note(self, span: Any) -> None:
+        reasons = [self.builder.finish_reason] if self.builder.finish_reason else []
+        telemetry.note_answer(span, model=self.builder.model, finish_reasons=reasons)
+
 
 class _ResponsesStream:
     def __init__(self) -> None:
@@ -113,6 +121,9 @@ class _ResponsesStream:
 
     def apply(self, call: ObservedCall) -> None:
         _set_answer(call, self.reader.answer)
+
+    def note(self, span: Any) -> None:
+        return  # the Responses reader keeps no model or finish reason yet
 
 
 @dataclass(frozen=True)
@@ -157,19 +168,32 @@ RESPONSES_COMPACT = Wire(endpoint=openai_responses.COMPACT_ENDPOINT, path="respo
                          stream_error=_responses_stream_error)
 
 
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def caller_trace_id(headers: Mapping[str, str]) -> str:
+    """The trace id of the caller's W3C ``traceparent``; "" without one (or an invalid one)."""
+    match = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
+    return match.group(1) if match and match.group(1) != "0" * 32 else ""
+
+
 def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
             body: dict[str, Any], session_header: str,
             for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]],
-            wire: Wire = CHAT, kind: str = "",
+            wire: Wire = CHAT, kind: str = "", client_conversation_id: str = "",
             error: Callable[..., HttpResponse] = upstream.openai_error) -> HttpResponseBase:
     """Send the agent's bytes upstream and its answer back; record the call.
 
     ``for_server`` adapts the relayed stream to the server (WSGI or ASGI);
     ``wire`` is the protocol (its path, how its answers read); ``kind`` what
-    the agent said the call is for besides a turn ("compaction.local", ...)."""
+    the agent said the call is for besides a turn ("compaction.local", ...).
+    ``client_conversation_id`` is the conversation id the client sent in its own
+    header (an adapter reads it: Claude Code's session id, Codex's): the
+    inference never puts two ids in one conversation, nor splits one id's calls."""
     stream = body.get("stream") is True
     call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300],
-                        endpoint=wire.endpoint, kind=kind[:32])
+                        endpoint=wire.endpoint, kind=kind[:32], client_id=client_conversation_id[:300],
+                        trace_id=caller_trace_id(request.headers))
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
     start = time.perf_counter()
     try:
@@ -201,6 +225,7 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     call.upstream_ms = (time.perf_counter() - start) * 1000
     if answer.status_code == 200:
         wire.read_answer(call, content)
+        telemetry.note_completion(span, content)
     session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content)
     response["X-ContextLab-Managed"] = "false"
@@ -212,8 +237,14 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
 def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> AgentSession | None:
     """``record``, and the call's span ended with what it found (when telemetry is on)."""
     session = record(call, provider)
-    telemetry.finish_gateway_span(span, status_code=call.status_code, usage=call.usage,
-                                  session_id=session.pk if session is not None else None, error=call.error)
+    if span is not None:
+        reply: dict[str, Any] = {"role": "assistant", "content": call.reply_text or None}
+        if call.reply_tool_calls:
+            reply["tool_calls"] = call.reply_tool_calls
+        telemetry.finish_gateway_span(span, status_code=call.status_code, usage=call.usage,
+                                      session_id=session.pk if session is not None else None, error=call.error,
+                                      request=call.body if isinstance(call.body, dict) else None,
+                                      reply=reply if call.status_code == 200 and not call.error else None)
     return session
 
 
@@ -268,7 +299,7 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any,
                 if line.startswith(b"data:"):
                     reader.feed(line[5:].strip())
             if reader.finished and not recorded:
-                _finish(call, reader, start, wire.stream_error(reader))
+                _finish(call, reader, start, wire.stream_error(reader), span)
                 _recorded(call, provider, span)
                 recorded = True
             yield chunk
@@ -278,7 +309,7 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any,
         answer.close()
         if not recorded:
             _finish(call, reader, start, call.error or wire.stream_error(reader)
-                    or ("" if reader.complete else "the stream ended early"))
+                    or ("" if reader.complete else "the stream ended early"), span)
             _recorded(call, provider, span)
 
 
@@ -286,7 +317,8 @@ def _provider_of(call: ObservedCall) -> UpstreamProvider:
     return UpstreamProvider.objects.get(profile_id=call.profile_id)
 
 
-def _finish(call: ObservedCall, reader: StreamReader, start: float, error: str) -> None:
+def _finish(call: ObservedCall, reader: StreamReader, start: float, error: str, span: Any = None) -> None:
+    reader.note(span)
     call.status_code = 200
     call.error = error
     call.upstream_ms = (time.perf_counter() - start) * 1000
@@ -300,31 +332,34 @@ def _recorded_request(seq: int, call: ObservedCall, earlier: list[RecordedReques
     ``earlier``: the requests recorded before it, where the chain a Responses
     call continues (``previous_response_id``) is found."""
     body = call.body if isinstance(call.body, dict) else {}
-    session_header = call.session_header
     if call.endpoint != CHAT.endpoint:
-        body, session_header = _responses_view(call, body, earlier or [])
-    return RecordedRequest(seq=seq, body=body, reply_text=call.reply_text, session_header=session_header,
-                           reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage)
+        body = _responses_view(call, body, earlier or [])
+    # The agent's compaction request is a side call, under no id: the inference
+    # attaches it to the conversation it quotes.
+    named = not call.kind.startswith("compaction")
+    return RecordedRequest(seq=seq, body=body, reply_text=call.reply_text,
+                           session_header=call.session_header if named else "",
+                           reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage,
+                           client_conversation_id=call.client_id if named else "", trace_id=call.trace_id,
+                           resource=call.resource)
 
 
 # Where the chat view of a Responses call keeps what the inference does not read.
 VIEW_KEY = "contextlab"
 
 
-def _responses_view(call: ObservedCall, body: dict[str, Any],
-                    earlier: list[RecordedRequest]) -> tuple[dict[str, Any], str]:
-    """A Responses call as a chat-completions body; and the conversation key it goes under.
+def _responses_view(call: ObservedCall, body: dict[str, Any], earlier: list[RecordedRequest]) -> dict[str, Any]:
+    """A Responses call as a chat-completions body.
 
-    A compaction request is the agent's context manager asking for a summary: a
-    side call, under no key, which the inference attaches to the conversation it
-    quotes. A call continuing ``previous_response_id`` carries only its new
-    items; the conversation before it is the chain the gateway saw go by."""
+    A compaction request is the agent's context manager asking for a summary. A
+    call continuing ``previous_response_id`` carries only its new items; the
+    conversation before it is the chain the gateway saw go by."""
     meta: dict[str, Any] = {"protocol": "openai.responses", "response_id": call.response_id, "kind": call.kind,
                             "opening": openai_responses.opening_request(openai_responses.items_of(body))[:400]}
     if call.kind.startswith("compaction"):
         view = openai_responses.compaction_side_call(body, remote=call.kind == "compaction.remote")
         view[VIEW_KEY] = meta
-        return view, ""
+        return view
     previous = body.get("previous_response_id")
     chain: list[dict[str, Any]] | None = None
     if isinstance(previous, str) and previous:
@@ -341,7 +376,7 @@ def _responses_view(call: ObservedCall, body: dict[str, Any],
             chain = [*found.messages, reply]
     view = openai_responses.to_chat(body, earlier=chain)
     view[VIEW_KEY] = meta
-    return view, call.session_header
+    return view
 
 
 def chain_warnings(requests: list[RecordedRequest], seqs: list[int]) -> list[str]:
@@ -524,7 +559,8 @@ def record_spans(*, owner: User, profile: AgentProfile, records: list[dict[str, 
             owner=owner, profile=profile, body=record["body"], reply_text=str(record.get("response_text") or ""),
             reply_tool_calls=list(record.get("response_tool_calls") or []),
             usage=record["usage"] if isinstance(record.get("usage"), dict) else None,
-            session_header=str(record.get("session_id") or "")[:300], status_code=200, span=span)
+            session_header=str(record.get("session_id") or "")[:300], status_code=200, span=span,
+            trace_id=str(record.get("trace_id") or "")[:32], resource=str(record.get("resource") or "")[:64])
             for record, span in fresh]
         sessions = _rebuild(owner.pk, profile, calls)
     unique: dict[Any, AgentSession] = {s.pk: s for s in sessions.values()}

@@ -470,9 +470,14 @@ def exchange_record(exchange: Exchange, *, status_code: int | None, reply: dict[
     with telemetry.current(exchange.span):
         row = _record(exchange, status_code=status_code, reply=reply, usage=usage, upstream_ms=upstream_ms,
                       error=error)
-    telemetry.finish_gateway_span(exchange.span, status_code=status_code, usage=usage if isinstance(usage, dict)
-                                  else None, session_id=row.session_id if row is not None else None,
-                                  turn=exchange.turn, managed=exchange.managed, error=exchange.error)
+    if exchange.span is not None:
+        result = exchange.pending.result if exchange.pending is not None else None
+        warning = (telemetry.window_warning({"budget": result.trace.budget, "payload": result.trace.payload})
+                   if result is not None else "")
+        telemetry.finish_gateway_span(exchange.span, status_code=status_code, usage=usage if isinstance(usage, dict)
+                                      else None, session_id=row.session_id if row is not None else None,
+                                      turn=exchange.turn, managed=exchange.managed, error=exchange.error,
+                                      request=exchange.body, reply=reply, warning=warning)
     return row
 
 

@@ -102,11 +102,14 @@ class ReplyBuilder:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     chunks: int = 0
+    model: str = ""  # the model the provider says answered
 
     def add(self, chunk: Any) -> None:
         if not isinstance(chunk, dict):
             return
         self.chunks += 1
+        if isinstance(chunk.get("model"), str) and chunk["model"]:
+            self.model = chunk["model"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:

@@ -186,6 +186,7 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     upstream_ms = (time.perf_counter() - start) * 1000
     recording = time.perf_counter()
     reply, usage = _completion_parts(content) if answer.status_code == 200 else (None, None)
+    telemetry.note_completion(exchange.span, content)
     services.exchange_record(exchange, status_code=answer.status_code, reply=reply, usage=usage,
                              upstream_ms=upstream_ms)
     response = upstream.passthrough(answer, content)
@@ -271,6 +272,8 @@ def _record_stream(exchange: Exchange, builder: sse.ReplyBuilder, start: float, 
     reply = builder.message() if builder.complete and keep_reply else None
     if not builder.complete and not error:
         error = "the stream ended before the reply was complete"
+    telemetry.note_answer(exchange.span, model=builder.model,
+                          finish_reasons=[builder.finish_reason] if builder.finish_reason else [])
     services.exchange_record(exchange, status_code=200, reply=reply, usage=builder.usage,
                              upstream_ms=(time.perf_counter() - start) * 1000, error=error)
 
@@ -400,11 +403,12 @@ def _responses_call(request: HttpRequest, wire: observe.Wire) -> HttpResponseBas
     compaction = openai_responses.compaction_kind(body, request.headers, endpoint=wire.endpoint)
     kind = f"compaction.{compaction}" if compaction else openai_responses.request_kind(request.headers)
     # The agent's own name for its conversation when it gives one (Codex's thread), before any inference.
-    session_header = explicit or openai_responses.conversation_key(request.headers, body)
+    conversation = openai_responses.conversation_key(request.headers, body)
     if observe.is_observed(provider):
         return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key, body=body,
-                               session_header=session_header, for_server=lambda it: _for_server(request, it),
+                               session_header=explicit, client_conversation_id=conversation,
+                               for_server=lambda it: _for_server(request, it),
                                wire=wire, kind=kind if kind != "turn" else "")
     return responses_managed.call(request, owner=user, profile=profile, provider=provider, api_key=api_key,
-                                  body=body, session_header=session_header, wire=wire, kind=kind,
+                                  body=body, session_header=explicit or conversation, wire=wire, kind=kind,
                                   retry=_is_retry(request), for_server=lambda it: _for_server(request, it))

@@ -78,6 +78,9 @@ def default_read_file_tool_names() -> list[str]:
     return list(_DEFAULT.read_file_tool_names)
 
 
+# The ``source.format`` of sessions rebuilt from what an agent sent rather than managed here.
+OBSERVED_FORMATS = ("observed", "otlp", "requests", "copaw_workspace")
+
 class AgentProfile(models.Model):
     """The knobs of one agent, stored; ``to_engine()`` gives the engine's Profile."""
 
@@ -381,6 +384,12 @@ class AgentSession(models.Model):
     @property
     def display_title(self) -> str:
         return self.title or f"Session {str(self.id)[:8]}"
+
+    @property
+    def is_observed(self) -> bool:
+        """Rebuilt from what an agent sent (observe mode, OTLP, a request log, a CoPaw workspace):
+        the agent managed its own context, the profile's policy decided nothing."""
+        return isinstance(self.source, dict) and self.source.get("format") in OBSERVED_FORMATS
 
     @property
     def workspace(self) -> Path:

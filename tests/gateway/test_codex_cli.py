@@ -151,7 +151,9 @@ def test_it_observes_the_real_codex_cli(gateway_url, alice_token, codex_profile,
     assert [c.kind for c in calls].count("compaction.local") == 1
     # Observe mode: the agent's bytes went upstream unchanged.
     assert [c.body for c in calls] == [r.body for r in upstream.posts]
-    # One conversation, named by Codex's thread; its compaction request is a side call of it.
+    # One conversation, named by Codex's thread (kept as the calls' client id, not as a
+    # ContextLab session header); its compaction request is a side call of it.
+    assert len({c.client_id for c in calls}) == 1 and calls[0].client_id and not calls[0].session_header
     sessions = list(AgentSession.objects.filter(source__format="observed"))
     assert len(sessions) == 1, [s.title for s in sessions]
     session = sessions[0]

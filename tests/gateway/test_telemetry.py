@@ -39,7 +39,9 @@ def test_a_gateway_call_is_a_genai_span_in_the_callers_trace(collector, gateway_
     [call] = collector.spans("chat gpt-4o")
     assert (call.trace_id, call.parent_span_id) == (CALLER_TRACE, CALLER_SPAN)
     assert call.attributes["gen_ai.operation.name"] == "chat"
-    assert call.attributes["gen_ai.request.model"] == "gpt-4o"
+    # The model the provider was asked for (the profile maps the client's name), and the client's own.
+    assert call.attributes["gen_ai.request.model"] == "fake-model-2026"
+    assert call.attributes["contextlab.gateway.client_model"] == "gpt-4o"
     assert call.attributes["gen_ai.usage.input_tokens"] == 321
     assert call.attributes["gen_ai.usage.output_tokens"] == 54
     assert call.attributes["contextlab.gateway.managed"] is True

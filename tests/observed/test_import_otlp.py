@@ -66,3 +66,19 @@ def test_the_cli_says_when_a_file_holds_no_llm_call(tmp_path, capsys):
     empty.write_text(json.dumps({"resourceSpans": []}), encoding="utf-8")
     assert main(["import-otlp", str(empty)]) == 2
     assert "holds no LLM call" in capsys.readouterr().err
+
+
+def test_it_imports_the_valid_spans_of_a_file_and_names_the_ones_it_left_out(api, alice, tmp_path):
+    trace = tmp_path / "agent-trace.json"
+    _trace_file(trace)
+    lines = trace.read_text(encoding="utf-8").splitlines()
+    broken = json.loads(lines[0])
+    span = broken["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"] = {"not": "a list"}
+    trace.write_text("\n".join([json.dumps(broken), *lines]) + "\n", encoding="utf-8")
+    with trace.open("rb") as fh:
+        response = api.client.post("/api/v1/imports", {"file": fh}, headers=api.headers)
+    assert response.status_code in (200, 201, 202), response.content
+    session = AgentSession.objects.get(owner=alice)
+    assert session.turns.count() == 3
+    assert session.source["warnings"] == ["span left out: attributes is not a list of key-value objects"]

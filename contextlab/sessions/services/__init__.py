@@ -89,7 +89,12 @@ from contextlab.sessions.services.memory import (
     memory_day_due,
     profile_zone,
 )
-from contextlab.sessions.services.profiles import profile_create, profile_default, profile_resolve
+from contextlab.sessions.services.profiles import (
+    profile_create,
+    profile_default,
+    profile_observed,
+    profile_resolve,
+)
 from contextlab.sessions.services.reinject import message_reinject
 from contextlab.sessions.services.retention import PruneResult, offloaded_prune
 from contextlab.sessions.services.runs import NEVER_STARTED, WORKER_DIED, runs_reap, runs_recover
@@ -119,7 +124,7 @@ __all__ = [
     "WORKER_DIED", "MemoryConsolidation", "PayloadTooLarge", "PendingTurn", "PruneResult", "RunInProgress", "SessionUnavailable",
     "check_usage", "compaction_active", "compaction_enqueue", "compaction_execute", "compaction_preview", "compaction_run", "current_live_view",
     "compaction_start", "compaction_work", "memory_consolidate", "memory_consolidate_due", "memory_day_due",
-    "messages_append", "messages_append_openai", "offloaded_prune", "pending_turn_apply_plan", "pending_turn_commit", "profile_create", "profile_default",
+    "messages_append", "messages_append_openai", "offloaded_prune", "pending_turn_apply_plan", "pending_turn_commit", "profile_create", "profile_default", "profile_observed",
     "latest_turn_inputs", "pending_from_rows", "profile_resolve", "profile_zone", "reported_prompt_tokens", "run_announce", "runs_reap", "runs_recover",
     "session_advance", "session_advance_pending", "session_announce", "session_create", "session_delete", "session_export",
     "session_import_bundle", "session_new", "session_prepare", "session_repeat_pending", "system_prompt_tokens", "transcript_import", "transcript_import_enqueue",

@@ -50,7 +50,7 @@ from contextlab.sessions.models import (
     Turn,
 )
 from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH
-from contextlab.sessions.services.profiles import profile_default
+from contextlab.sessions.services.profiles import profile_observed
 
 OBSERVED_POLICY = "observed"
 
@@ -307,7 +307,7 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
 def observed_session_create(*, owner: User, requests: list[RecordedRequest], title: str,
                             source: dict[str, Any], profile: AgentProfile | None = None) -> AgentSession:
     """A new session holding what the inference found in ``requests``."""
-    profile = profile or profile_default(owner=owner)
+    profile = profile or profile_observed(owner=owner)
     session = AgentSession.objects.create(
         owner=owner, profile=profile, title=title[:MAX_TITLE_LENGTH], source=source,
         tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
@@ -421,10 +421,10 @@ def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = ""
                 profile: AgentProfile | None = None) -> AgentSession:
     """An OTLP JSON trace file (spans of LLM calls) as the session of its main conversation."""
     from contextlab.engine.observe import load_recorded_request
-    from contextlab.engine.otlp import iter_requests
+    from contextlab.engine.otlp import file_requests
 
     try:
-        records = list(iter_requests(path.read_text(encoding="utf-8")))
+        records, rejected = file_requests(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedInput(f"the file is not an OTLP JSON trace export: {exc}", field="file") from exc
     if not records:
@@ -433,6 +433,7 @@ def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = ""
     requests = [load_recorded_request(record, record["seq"]) for record in records]
     observer = observe(requests)
     source = {"format": "otlp", "file": file_name or path.name, "requests": len(requests),
-              "messages": len(requests), "conversations": len(observer.conversations), "warnings": []}
+              "messages": len(requests), "conversations": len(observer.conversations),
+              "warnings": [f"span left out: {reason}" for reason in rejected[:100]]}
     return observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
                                    title=title or f"Trace {file_name or path.name}")

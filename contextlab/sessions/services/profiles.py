@@ -28,6 +28,24 @@ def profile_default(*, owner: User) -> AgentProfile:
     return profile
 
 
+def profile_observed(*, owner: User, ref: str = "", named: str = "") -> AgentProfile:
+    """The profile an observed agent's calls land in, when the user did not pick one per call.
+
+    ``ref`` (a header) or ``named`` (a resource attribute of the agent's spans)
+    names it; else the user's only profile; else, among several, the one named
+    "default", or the oldest. A profile is created only for a user who has none.
+    """
+    for name in (ref, named):
+        if name:
+            return profile_resolve(owner=owner, ref=name)
+    profiles = list(AgentProfile.objects.filter(owner=owner).order_by("pk"))
+    if not profiles:
+        return profile_default(owner=owner)
+    if len(profiles) == 1:
+        return profiles[0]
+    return next((p for p in profiles if p.name == "default"), profiles[0])
+
+
 def profile_create(*, owner: User, name: str, knobs: Mapping[str, Any], change_source: str = "code") -> AgentProfile:
     """Create a profile from knob values; errors name the knob (``InvalidProfile``).
 
