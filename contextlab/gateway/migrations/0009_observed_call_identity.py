@@ -12,7 +12,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("gateway", "0007_observed_call_endpoint"),
+        ("gateway", "0008_upstream_key_variable_prefix"),
     ]
 
     operations = [
