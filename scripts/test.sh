@@ -28,6 +28,9 @@ if ! command -v chromium >/dev/null; then
 fi
 bash scripts/services.sh
 
+# The real agent CLIs (pinned, from npm, into var/npm/) the agent tests drive.
+bash scripts/install_agent_clis.sh
+
 echo "== ruff"
 .venv/bin/ruff check .
 echo "== mypy"

@@ -15,6 +15,7 @@ inference: the agent never saw a reply, and its retry is the call that counts.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2
 from django.contrib.auth.models import User
@@ -34,8 +35,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 
 from contextlab import telemetry
 from contextlab.engine.observe import Observer, RecordedRequest
-from contextlab.gateway import sse, upstream
+from contextlab.gateway import history, sse, upstream
+from contextlab.gateway.credentials import ClientCredential
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
+from contextlab.gateway.protocols import anthropic_messages
 from contextlab.sessions.models import AgentProfile, AgentSession
 from contextlab.sessions.services.observed import Parsed, observe, observed_session_write
 
@@ -48,38 +51,142 @@ def is_observed(provider: UpstreamProvider) -> bool:
     return provider.mode == UpstreamProvider.Mode.OBSERVE
 
 
-def _post_raw(provider: UpstreamProvider, api_key: str, data: bytes, *, stream: bool,
-              trace_headers: dict[str, str]) -> httpx2.Response:
+class Watcher(Protocol):
+    """Reads a relayed stream's ``data:`` payloads on the side and adds up the reply."""
+
+    def feed(self, payload: bytes) -> bool:
+        """Take one payload; True when it ends the stream (the reply is then complete)."""
+        ...
+
+    def store(self, call: ObservedCall, error: str) -> None:
+        """Write the reply (when complete and no ``error``) and the failure, if any, on the call."""
+        ...
+
+    @property
+    def broken(self) -> bool:
+        """The stream has not ended as the protocol ends a reply (so far)."""
+        ...
+
+
+class Wire(Protocol):
+    """What observe mode needs of a wire protocol: where and how to send, how to read the answer."""
+
+    name: str  # ObservedCall.protocol
+
+    def url(self, provider: UpstreamProvider, request: HttpRequest) -> str: ...
+
+    def headers(self, provider: UpstreamProvider, api_key: str, credential: ClientCredential | None,
+                request: HttpRequest, *, stream: bool) -> dict[str, str]: ...
+
+    def error(self, status: int, message: str, code: str) -> HttpResponse: ...
+
+    def store_reply(self, call: ObservedCall, content: bytes) -> None: ...
+
+    def watcher(self) -> Watcher: ...
+
+    def broken_tail(self, message: str) -> bytes:
+        """What ends a stream the upstream cut, so the client's SDK raises instead of taking a short reply."""
+        ...
+
+    def passed(self, answer: httpx2.Response) -> dict[str, str]: ...
+
+
+class _ChatWatcher:
+    def __init__(self) -> None:
+        self.builder = sse.ReplyBuilder()
+
+    def feed(self, payload: bytes) -> bool:
+        if payload == b"[DONE]":
+            return True
+        with contextlib.suppress(ValueError):
+            self.builder.add(json.loads(payload))
+        return False
+
+    def store(self, call: ObservedCall, error: str) -> None:
+        call.error = error or ("" if self.builder.complete else "the stream ended early")
+        if self.builder.complete and not call.error:
+            _set_reply(call, self.builder.message())
+            call.usage = self.builder.usage
+
+    @property
+    def broken(self) -> bool:
+        return not self.builder.complete
+
+
+class _ChatWire:
+    """OpenAI chat completions."""
+
+    name = "chat.completions"
+
+    def url(self, provider: UpstreamProvider, request: HttpRequest) -> str:
+        return provider.chat_url
+
+    def headers(self, provider: UpstreamProvider, api_key: str, credential: ClientCredential | None,
+                request: HttpRequest, *, stream: bool) -> dict[str, str]:
+        headers = upstream._headers(provider, api_key, stream=stream)
+        if credential is not None:
+            headers.pop("Authorization", None)
+            headers[credential.header] = credential.value
+        return headers
+
+    def error(self, status: int, message: str, code: str) -> HttpResponse:
+        return upstream.openai_error(status, message, type="server_error" if status >= 500 else
+                                     "invalid_request_error", code=code)
+
+    def store_reply(self, call: ObservedCall, content: bytes) -> None:
+        _reply_from_completion(call, content)
+
+    def watcher(self) -> Watcher:
+        return _ChatWatcher()
+
+    def broken_tail(self, message: str) -> bytes:
+        # Observe mode passes a chat stream on as it came, cut or not (as it always has).
+        return b""
+
+    def passed(self, answer: httpx2.Response) -> dict[str, str]:
+        return upstream.passed_headers(answer)
+
+
+CHAT: Wire = _ChatWire()
+
+
+def _post_raw(wire: Wire, provider: UpstreamProvider, api_key: str, credential: ClientCredential | None,
+              request: HttpRequest, *, stream: bool, trace_headers: dict[str, str]) -> httpx2.Response:
     http = upstream.client()
-    request = http.build_request("POST", provider.chat_url, content=data,
-                                 headers={**upstream._headers(provider, api_key, stream=stream), **trace_headers},
-                                 timeout=upstream._timeout(provider))
-    return http.send(request, stream=stream)
+    outgoing = http.build_request(
+        "POST", wire.url(provider, request), content=request.body,
+        headers={**wire.headers(provider, api_key, credential, request, stream=stream), **trace_headers},
+        timeout=upstream._timeout(provider))
+    return http.send(outgoing, stream=stream)
 
 
 def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
             body: dict[str, Any], session_header: str,
-            for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]]) -> HttpResponseBase:
+            for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]],
+            wire: Wire = CHAT, credential: ClientCredential | None = None) -> HttpResponseBase:
     """Send the agent's bytes upstream and its answer back; record the call.
 
-    ``for_server`` adapts the relayed stream to the server (WSGI or ASGI)."""
+    ``for_server`` adapts the relayed stream to the server (WSGI or ASGI);
+    ``wire`` is the protocol; ``credential`` the client's own provider
+    credential, sent instead of ``api_key`` when the provider forwards it."""
     stream = body.get("stream") is True
-    call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300])
+    call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300],
+                        protocol=wire.name)
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
     start = time.perf_counter()
     try:
-        answer = _post_raw(provider, api_key, request.body, stream=stream,
+        answer = _post_raw(wire, provider, api_key, credential, request, stream=stream,
                            trace_headers=telemetry.upstream_trace_headers(request.headers, span))
     except httpx2.TimeoutException as exc:
-        return _failed(call, span, start, 504, f"the upstream provider did not answer within {provider.timeout:g} s "
-                                         f"({type(exc).__name__})", "upstream_timeout")
+        return _failed(wire, call, span, start, 504, f"the upstream provider did not answer within "
+                                               f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")
     except httpx2.RequestError as exc:
-        return _failed(call, span, start, 502, f"the upstream provider could not be reached: {type(exc).__name__}: {exc}",
-                       "upstream_unreachable")
+        return _failed(wire, call, span, start, 502, f"the upstream provider could not be reached: "
+                                               f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if stream and answer.status_code == 200:
-        streaming = StreamingHttpResponse(for_server(_relay(answer, call, start, span)), status=200,
+        streaming = StreamingHttpResponse(for_server(_relay(wire, answer, call, start, span)), status=200,
                                          content_type=answer.headers.get("content-type", "text/event-stream"))
-        for name, value in upstream.passed_headers(answer).items():
+        for name, value in wire.passed(answer).items():
             if name.lower() != "content-type":
                 streaming[name] = value
         streaming["Cache-Control"] = "no-cache"
@@ -89,15 +196,17 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     try:
         content = answer.read()
     except httpx2.HTTPError as exc:
-        return _failed(call, span, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
+        return _failed(wire, call, span, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
     finally:
         answer.close()
     call.status_code = answer.status_code
     call.upstream_ms = (time.perf_counter() - start) * 1000
     if answer.status_code == 200:
-        _reply_from_completion(call, content)
+        wire.store_reply(call, content)
     session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content)
+    for name, value in wire.passed(answer).items():
+        response[name] = value
     response["X-ContextLab-Managed"] = "false"
     if session is not None:
         response["X-ContextLab-Session"] = str(session.pk)
@@ -112,13 +221,14 @@ def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> Agen
     return session
 
 
-def _failed(call: ObservedCall, span: Any, start: float, status: int, message: str, code: str) -> HttpResponse:
+def _failed(wire: Wire, call: ObservedCall, span: Any, start: float, status: int, message: str,
+            code: str) -> HttpResponse:
     call.status_code = status
     call.error = message
     call.upstream_ms = (time.perf_counter() - start) * 1000
     call.save()
     telemetry.finish_gateway_span(span, status_code=status, usage=None, error=message)
-    response = upstream.openai_error(status, message, type="server_error", code=code)
+    response = wire.error(status, message, code)
     response["X-ContextLab-Managed"] = "false"
     return response
 
@@ -144,12 +254,13 @@ def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
     call.reply_tool_calls = calls if isinstance(calls, list) else []
 
 
-def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any) -> Iterator[bytes]:
+def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float, span: Any) -> Iterator[bytes]:
     """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
-    chunk holding ``[DONE]`` goes out, so the agent's next call finds it."""
-    builder = sse.ReplyBuilder()
+    chunk that ends the stream goes out, so the agent's next call finds it."""
+    watcher = wire.watcher()
     pending = b""
     recorded = False
+    error = ""
     provider = _provider_of(call)
     try:
         for chunk in answer.iter_bytes():
@@ -158,45 +269,46 @@ def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any)
             done = False
             for line in complete:
                 line = line.rstrip(b"\r")
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
+                if line.startswith(b"data:") and watcher.feed(line[5:].strip()):
                     done = True
-                    continue
-                try:
-                    builder.add(json.loads(payload))
-                except ValueError:
-                    continue
             if done and not recorded:
-                _finish(call, builder, start, "")
+                _finish(call, watcher, start, "")
                 _recorded(call, provider, span)
                 recorded = True
             yield chunk
     except httpx2.HTTPError as exc:
-        call.error = f"the upstream stream broke off: {type(exc).__name__}: {exc}"
+        error = f"the upstream stream broke off: {type(exc).__name__}: {exc}"
     finally:
         answer.close()
         if not recorded:
-            _finish(call, builder, start, call.error or ("" if builder.complete else "the stream ended early"))
+            _finish(call, watcher, start, error)
             _recorded(call, provider, span)
+    if not recorded and (error or watcher.broken):
+        tail = wire.broken_tail(call.error or "the upstream stream ended before the reply was complete")
+        if tail:
+            yield tail
 
 
 def _provider_of(call: ObservedCall) -> UpstreamProvider:
     return UpstreamProvider.objects.get(profile_id=call.profile_id)
 
 
-def _finish(call: ObservedCall, builder: sse.ReplyBuilder, start: float, error: str) -> None:
+def _finish(call: ObservedCall, watcher: Watcher, start: float, error: str) -> None:
     call.status_code = 200
-    call.error = error
     call.upstream_ms = (time.perf_counter() - start) * 1000
-    if builder.complete and not error:
-        _set_reply(call, builder.message())
-        call.usage = builder.usage
+    watcher.store(call, error)
+
+
+def _chat_body(call: ObservedCall) -> dict[str, Any]:
+    """The recorded request in the chat-completions shape the inference reads."""
+    body = call.body if isinstance(call.body, dict) else {}
+    if call.protocol == anthropic_messages.ENDPOINT:
+        return anthropic_messages.to_chat(body)
+    return body
 
 
 def _recorded_request(seq: int, call: ObservedCall) -> RecordedRequest:
-    return RecordedRequest(seq=seq, body=call.body if isinstance(call.body, dict) else {},
+    return RecordedRequest(seq=seq, body=_chat_body(call),
                            reply_text=call.reply_text, session_header=call.session_header,
                            reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage)
 
@@ -404,8 +516,8 @@ def _session_for(call: ObservedCall, conversation_id: str, first: RecordedReques
         return found
     opening = next((m for m in first.messages if m.get("role") == "user"), {})
     content = opening.get("content")
-    text = content if isinstance(content, str) else " ".join(
-        str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    text = history.without_reminders(content if isinstance(content, str) else " ".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, dict)))
     profile = call.profile
     return AgentSession.objects.create(
         owner_id=call.owner_id, profile=profile, title=" ".join(text.split())[:TITLE_CHARS] or "Observed agent",

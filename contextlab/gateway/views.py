@@ -25,7 +25,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from contextlab import ratelimit, telemetry
 from contextlab.engine.unicode import repaired
-from contextlab.gateway import observe, services, sse, upstream
+from contextlab.gateway import credentials, managed_messages, observe, services, sse, upstream
+from contextlab.gateway.models import UpstreamProvider
+from contextlab.gateway.protocols import anthropic_messages
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 
 log = logging.getLogger(__name__)
@@ -322,5 +324,99 @@ def model_detail(request: HttpRequest, model: str) -> HttpResponse:
 
 @csrf_exempt
 def not_found(request: HttpRequest, rest: str) -> HttpResponse:
-    return upstream.openai_error(404, f"ContextLab's gateway serves /v1/chat/completions and /v1/models, "
-                                      f"not /v1/{rest}", code="unknown_url")
+    return upstream.openai_error(404, f"ContextLab's gateway serves /v1/chat/completions, /v1/messages and "
+                                      f"/v1/models, not /v1/{rest}", code="unknown_url")
+
+
+# -- the Anthropic Messages API ----------------------------------------------------------------
+
+
+def _anthropic_unauthorized() -> HttpResponse:
+    return anthropic_messages.error_response(
+        401, "ContextLab does not know this credential: send a ContextLab API token (manage.py createapitoken) "
+             f"as x-api-key (ANTHROPIC_API_KEY), as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN), or in the "
+             f"{credentials.TOKEN_HEADER} header (ANTHROPIC_CUSTOM_HEADERS)")
+
+
+def _anthropic_call(request: HttpRequest, wire: anthropic_messages.Wire) -> HttpResponseBase:
+    """The checks every Messages API call passes, then observe mode's forwarding core or the manager."""
+    if request.method != "POST":
+        response = anthropic_messages.error_response(405, "use POST here")
+        response["Allow"] = "POST"
+        return response
+    caller = credentials.resolve(request.headers)
+    if caller.token is None:
+        return _anthropic_unauthorized()
+    retry_after = ratelimit.check("gateway", caller.token.key_hash)
+    if retry_after is not None:
+        response = anthropic_messages.error_response(
+            429, f"Rate limit reached for this ContextLab token; try again in {retry_after} s.")
+        response["Retry-After"] = str(retry_after)
+        return response
+    user = caller.token.user
+    try:
+        body = _json_body(request)
+        problem = anthropic_messages.invalid(body)
+        if problem:
+            raise GatewayError(400, problem, code="invalid_request")
+        contextlab_session = request.headers.get(SESSION_HEADER, "").strip()
+        profile = services.profile_for(owner=user, session_header=contextlab_session,
+                                       profile_header=request.headers.get(PROFILE_HEADER, "").strip())
+        provider, api_key = services.provider_for(profile)
+    except GatewayError as exc:
+        return anthropic_messages.error_response(exc.status, exc.message)
+    if provider.kind != UpstreamProvider.Kind.ANTHROPIC:
+        return anthropic_messages.error_response(
+            400, f"agent profile {profile.name!r} routes to an OpenAI-compatible provider ({provider.base_url}): "
+                 "point this profile's upstream provider at an Anthropic Messages API (kind: anthropic) in the "
+                 "admin, or use /v1/chat/completions")
+    credential = None
+    if provider.forwards_client_credential:
+        credential = caller.provider_credential
+        if credential is None:
+            return anthropic_messages.error_response(
+                401, f"agent profile {profile.name!r} forwards your own Anthropic credential, and the request "
+                     f"carries none besides the ContextLab token: send the token in the {credentials.TOKEN_HEADER} "
+                     "header and your Anthropic key as x-api-key (or Authorization: Bearer)")
+    # Claude Code names its conversation; a ContextLab session header wins.
+    session_header = contextlab_session or request.headers.get(anthropic_messages.SESSION_ID_HEADER, "").strip()
+    if wire is anthropic_messages.COUNT_TOKENS:
+        return _anthropic_count_tokens(request, provider, api_key, credential)
+    if observe.is_observed(provider):
+        return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key,
+                               body=body, session_header=session_header, wire=wire, credential=credential,
+                               for_server=lambda it: _for_server(request, it))
+    return managed_messages.call(request, owner=user, profile=profile, provider=provider, api_key=api_key,
+                                 body=body, session_header=session_header, credential=credential,
+                                 for_server=lambda it: _for_server(request, it), retry=_is_retry(request))
+
+
+def _anthropic_count_tokens(request: HttpRequest, provider: UpstreamProvider, api_key: str,
+                            credential: credentials.ClientCredential | None) -> HttpResponseBase:
+    """The provider's own count, passed back as it came (Claude's tokenizer is not public)."""
+    wire = anthropic_messages.COUNT_TOKENS
+    try:
+        answer = upstream.client().post(
+            wire.url(provider, request), content=request.body,
+            headers=wire.headers(provider, api_key, credential, request, stream=False),
+            timeout=upstream._timeout(provider))
+    except httpx2.TimeoutException:
+        return anthropic_messages.error_response(504, f"the upstream provider did not answer within "
+                                                      f"{provider.timeout:g} s")
+    except httpx2.RequestError as exc:
+        return anthropic_messages.error_response(502, f"the upstream provider could not be reached: "
+                                                      f"{type(exc).__name__}: {exc}")
+    response = upstream.passthrough(answer, answer.content)
+    for name, value in wire.passed(answer).items():
+        response[name] = value
+    return response
+
+
+@csrf_exempt
+def anthropic_messages_view(request: HttpRequest) -> HttpResponseBase:
+    return _anthropic_call(request, anthropic_messages.MESSAGES)
+
+
+@csrf_exempt
+def anthropic_count_tokens_view(request: HttpRequest) -> HttpResponseBase:
+    return _anthropic_call(request, anthropic_messages.COUNT_TOKENS)
