@@ -34,7 +34,7 @@ class UpstreamProviderForm(forms.ModelForm):  # type: ignore[type-arg]
         model = UpstreamProvider
         formfield_callback = _formfield
         fields = ["profile", "base_url", "api_key_env", "api_key", "clear_api_key", "model_map", "timeout",
-                  "extra_headers", "identity", "mode"]
+                  "extra_headers", "identity", "mode", "kind", "credential"]
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
@@ -52,7 +52,7 @@ class UpstreamProviderForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(UpstreamProvider)
 class UpstreamProviderAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = UpstreamProviderForm
-    list_display = ("profile", "base_url", "key_source", "timeout", "identity", "updated")
+    list_display = ("profile", "kind", "base_url", "key_source", "credential", "timeout", "identity", "updated")
     search_fields = ("profile__name", "profile__owner__username", "base_url")
     raw_id_fields = ("profile",)
 
