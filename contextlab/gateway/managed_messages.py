@@ -20,12 +20,13 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from contextlab import telemetry
+from contextlab.engine.provider_edits import provider_edits_step
 from contextlab.gateway import history, services, upstream
 from contextlab.gateway.credentials import ClientCredential
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.gateway.protocols import anthropic_messages as wire_protocol
 from contextlab.gateway.services import SESSION_HEADER, Exchange
-from contextlab.sessions.models import AgentProfile
+from contextlab.sessions.models import AgentProfile, Turn
 
 WIRE = wire_protocol.MESSAGES
 
@@ -104,10 +105,12 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
         answer.close()
     reply = wire_protocol.reply_from_body(content) if answer.status_code == 200 else None
     message = _message(content) if answer.status_code == 200 else None
-    services.exchange_record(exchange, status_code=answer.status_code,
-                             reply=wire_protocol.reply_to_chat(message) if message is not None else None,
-                             usage=reply.usage if reply is not None else None,
-                             upstream_ms=(time.perf_counter() - start) * 1000)
+    row = services.exchange_record(exchange, status_code=answer.status_code,
+                                   reply=wire_protocol.reply_to_chat(message) if message is not None else None,
+                                   usage=reply.usage if reply is not None else None,
+                                   upstream_ms=(time.perf_counter() - start) * 1000)
+    if row is not None and not row.error:
+        _note_provider_edits(exchange, reply.context_management if reply is not None else None)
     response = upstream.passthrough(answer, content)
     for name, value in WIRE.passed(answer).items():
         response[name] = value
@@ -169,7 +172,29 @@ def _record_stream(exchange: Exchange, builder: wire_protocol.StreamBuilder, sta
     if not error and not builder.complete:
         error = "the stream ended before message_stop"
     message = builder.result()
-    services.exchange_record(exchange, status_code=200,
-                             reply=wire_protocol.reply_to_chat(message) if not error else None,
-                             usage=builder.usage or None, upstream_ms=(time.perf_counter() - start) * 1000,
-                             error=error)
+    row = services.exchange_record(exchange, status_code=200,
+                                   reply=wire_protocol.reply_to_chat(message) if not error else None,
+                                   usage=builder.usage or None, upstream_ms=(time.perf_counter() - start) * 1000,
+                                   error=error)
+    if row is not None and not row.error:
+        _note_provider_edits(exchange, message.get("context_management"))
+
+
+def _note_provider_edits(exchange: Exchange, applied: Any) -> None:
+    """The provider's own context edits (asked for, applied) as a step of the turn's decision flow.
+
+    Written after the turn: the engine's trace is complete by then, and the
+    applied edits are only known from the answer."""
+    asked = exchange.body.get("context_management")
+    step = provider_edits_step((asked or {}).get("edits") if isinstance(asked, dict) else None,
+                               applied.get("applied_edits") if isinstance(applied, dict) else None)
+    if step is None or exchange.session is None or exchange.turn is None or not exchange.managed:
+        return
+    turn = Turn.objects.filter(session=exchange.session, number=exchange.turn).only("pk", "trace").first()
+    if turn is None or not isinstance(turn.trace, dict):
+        return
+    steps = [s for s in turn.trace.get("steps") or [] if s.get("step") != step["step"]]
+    result_at = next((i for i, s in enumerate(steps) if s.get("step") == "result"), len(steps))
+    steps.insert(result_at, step)
+    turn.trace = {**turn.trace, "steps": steps}
+    turn.save(update_fields=["trace"])

@@ -246,6 +246,9 @@ class ObservedCall(models.Model):
     # The wire protocol of ``body`` and the reply ("chat.completions", "anthropic.messages"):
     # the inference reads every protocol through its adapter's conversion.
     protocol = models.CharField(max_length=32, default="chat.completions")
+    # The context edits the provider reported it applied (Anthropic's ``context_management``
+    # of the answer); the edits asked for are in ``body``.
+    provider_edits = models.JSONField(null=True, blank=True)
     # "<trace id>/<span id>" of a call received as an OpenTelemetry span: an exporter
     # sends a batch again when its answer was lost, and the span is recorded once.
     span = models.CharField(max_length=100, blank=True)

@@ -303,7 +303,7 @@ def _chat_body(call: ObservedCall) -> dict[str, Any]:
     """The recorded request in the chat-completions shape the inference reads."""
     body = call.body if isinstance(call.body, dict) else {}
     if call.protocol == anthropic_messages.ENDPOINT:
-        return anthropic_messages.to_chat(body)
+        return anthropic_messages.with_applied_edits(anthropic_messages.to_chat(body), call.provider_edits)
     return body
 
 

@@ -347,3 +347,35 @@ def test_an_oversized_body_gets_anthropics_413(gateway_server, alice_token, big_
 def test_a_get_is_refused_in_anthropics_shape(gateway_server, alice_token):
     answer = httpx2.get(f"{gateway_server}/v1/messages", headers={"x-api-key": alice_token}, timeout=30)
     assert _error(answer)[:2] == (405, "invalid_request_error") and answer.headers["Allow"] == "POST"
+
+
+# -- the provider's own context editing ------------------------------------------------------
+
+EDITS = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 30000},
+                    "keep": {"type": "tool_uses", "value": 3}}, {"type": "clear_thinking_20251015", "keep": "all"}]}
+APPLIED = {"applied_edits": [{"type": "clear_tool_uses_20250919", "cleared_tool_uses": 8,
+                              "cleared_input_tokens": 50000}]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("mode", ["observe", "manage"])
+def test_the_providers_context_edits_show_in_the_turns_decision_flow(gateway_server, alice_token, big_profile,
+                                                                     anthropic_upstream, mode, stream):
+    _route(big_profile, anthropic_upstream, mode=mode)
+    anthropic_upstream.brain = lambda body: text("Done.", context_management=APPLIED)
+    client = _client(gateway_server, api_key=alice_token)
+    request = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "Go."}],
+               "extra_body": {"context_management": EDITS}}
+    if stream:
+        with client.messages.stream(**request) as events:
+            assert events.get_final_text() == "Done."
+    else:
+        assert client.messages.create(**request).content[0].text == "Done."
+    assert anthropic_upstream.messages_requests[-1].body["context_management"] == EDITS
+
+    turn = AgentSession.objects.get().turns.get()
+    step = next(s for s in turn.trace["steps"] if s["step"] == "provider_context_edits")
+    assert step["status"] == "fired"
+    assert step["details"] == {"asked": EDITS["edits"], "applied": APPLIED["applied_edits"]}
+    assert step["numbers"]["cleared_input_tokens"] == 50000 and step["numbers"]["cleared_tool_uses"] == 8
+    assert [s["step"] for s in turn.trace["steps"]][-2:] == ["provider_context_edits", "result"]

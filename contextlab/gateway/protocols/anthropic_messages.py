@@ -366,7 +366,21 @@ def to_chat(body: Any, *, thinking_text: bool = True) -> dict[str, Any]:
         chat["tools"] = tools
     if isinstance(body.get("max_tokens"), int):
         chat["max_tokens"] = body["max_tokens"]
+    edits = context_edits(body)
+    if edits:
+        chat["context_management"] = {"edits": edits}
     return chat
+
+
+def with_applied_edits(chat: dict[str, Any], applied: Any) -> dict[str, Any]:
+    """The chat-shaped request with the edits the provider said it applied (the answer's
+    ``context_management``), for the turn's decision flow."""
+    edits = applied.get("applied_edits") if isinstance(applied, dict) else None
+    if not isinstance(edits, list):
+        return chat
+    management = dict(chat.get("context_management") or {})
+    management["applied_edits"] = [e for e in edits if isinstance(e, dict)]
+    return {**chat, "context_management": management}
 
 
 def reply_to_chat(message: Any) -> dict[str, Any]:
@@ -571,6 +585,7 @@ def _store(call: Any, reply: Reply) -> None:
     call.reply_text = reply.text
     call.reply_tool_calls = reply.tool_calls
     call.usage = reply.usage
+    call.provider_edits = reply.context_management
 
 
 class Wire:

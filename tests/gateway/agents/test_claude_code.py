@@ -124,6 +124,14 @@ def _check_cli_session(runs: list[Any], upstream: AnthropicProvider) -> None:
     assert not any(anthropic_messages.is_compaction_request(r.body) for r in requests[:4] + requests[5:])
 
 
+def _check_context_edits(turns: list[Any]) -> None:
+    """Claude Code asks Anthropic for server-side context editing on every call: each turn says so."""
+    for turn in turns:
+        step = next(s for s in turn.trace["steps"] if s["step"] == "provider_context_edits")
+        assert [e["type"] for e in step["details"]["asked"]] == ["clear_thinking_20251015"]
+        assert step["details"]["applied"] == [] and step["status"] == "ok"
+
+
 def test_it_observes_a_real_claude_code_session(tmp_path, gateway_server, alice, alice_token, anthropic_upstream):
     _profile(alice, anthropic_upstream, "observe")
     anthropic_upstream.brain = brain(tmp_path / "project")
@@ -146,6 +154,7 @@ def test_it_observes_a_real_claude_code_session(tmp_path, gateway_server, alice,
     assert [t.trace["outcome"] for t in turns] == ["no_action"] * 5 + ["compacted"]
     summary_step = next(s for s in turns[5].trace["steps"] if s["step"] == "summary")
     assert summary_step["status"] == "fired"
+    _check_context_edits(turns)
     messages = list(session.messages.order_by("seq"))
     called = [block["id"] for m in messages for block in m.content if block.get("type") == "tool_use"]
     answered = [block["id"] for m in messages for block in m.content if block.get("type") == "tool_result"]
@@ -174,7 +183,8 @@ def test_it_manages_a_real_claude_code_session(tmp_path, gateway_server, alice, 
     last_before_compaction = anthropic_messages_sent(anthropic_upstream)[3]
     assert last_before_compaction[-1]["content"][-1]["type"] == "tool_result"
     assert last_before_compaction[-1]["content"][-1].get("cache_control") == {"type": "ephemeral"}
-    # Every turn counted Claude Code's system prompt and tools, and kept the provider's usage.
+    _check_context_edits(list(first.turns.order_by("number")))
+    # Every turn kept the provider's usage.
     usage = first.turns.order_by("number").first().usage
     assert usage["input_tokens"] == 1200 and usage["cache_read_input_tokens"] == 800
 
