@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 from django.http import HttpRequest, JsonResponse
 
 from contextlab.gateway import history
+
+_T = TypeVar("_T")
 
 ENDPOINT = "anthropic.messages"
 DEFAULT_VERSION = "2023-06-01"
@@ -392,8 +395,15 @@ def reply_to_chat(message: Any) -> dict[str, Any]:
 # -- back from the engine's payload ----------------------------------------------------------
 
 
-def _digest(message: dict[str, Any]) -> str:
-    return history.digest(message)
+def _key(message: dict[str, Any]) -> tuple[str, ...]:
+    """What identifies a chat message between the request and the engine's payload, cheaply: an
+    assistant message calling tools by its call ids (as the gateway's history digests do), any
+    other by role and text. No hashing: it runs over the whole conversation on every call."""
+    role = str(message.get("role") or "")
+    calls = message.get("tool_calls")
+    if role == "assistant" and calls:
+        return ("calls", *(str(c.get("id") or "") for c in calls if isinstance(c, dict)))
+    return (role, history.content_text(message.get("content")))
 
 
 def from_chat(payload: list[dict[str, Any]], original: Any) -> list[dict[str, Any]]:
@@ -405,29 +415,33 @@ def from_chat(payload: list[dict[str, Any]], original: Any) -> list[dict[str, An
     client never sent (the engine's summary) becomes a user text message. Tool results
     go back into the user message after the assistant message that called them, first.
     """
-    assistants: dict[str, dict[str, Any]] = {}
-    users: dict[str, list[Any]] = {}
-    others: dict[str, dict[str, Any]] = {}
+    # Equal keys (the same short answer twice) are matched in order: each kept
+    # message gets its own blocks back, thinking signatures included.
+    assistants: dict[tuple[str, ...], deque[dict[str, Any]]] = defaultdict(deque)
+    users: dict[tuple[str, ...], deque[list[Any]]] = defaultdict(deque)
+    others: dict[tuple[str, ...], deque[dict[str, Any]]] = defaultdict(deque)
     results: dict[str, dict[str, Any]] = {}
     for message in original if isinstance(original, list) else []:
         if not isinstance(message, dict):
             continue
         role, content = message.get("role"), message.get("content")
-        converted = messages_to_chat([message], thinking_text=False)
-        if role == "assistant":
-            for chat in converted:
-                assistants.setdefault(_digest(chat), message)
+        if role == "assistant" and isinstance(content, list):
+            ids = [str(b.get("id") or "") for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+            key = ("calls", *ids) if ids else _key(_assistant_to_chat(content, thinking_text=False))
+            assistants[key].append(message)
         elif role == "user" and isinstance(content, list):
+            rest = []
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     results.setdefault(str(block.get("tool_use_id") or ""), block)
-            rest = [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")]
-            for chat in converted:
-                if chat.get("role") == "user":
-                    users.setdefault(_digest(chat), rest)
+                else:
+                    rest.append(block)
+            if rest:
+                for chat in _user_to_chat(rest):
+                    users[_key(chat)].append(rest)
         else:
-            for chat in converted:
-                others.setdefault(_digest(chat), message)
+            for chat in messages_to_chat([message], thinking_text=False):
+                (assistants if role == "assistant" else others)[_key(chat)].append(message)
     out: list[dict[str, Any]] = []
 
     def user_blocks(blocks: list[Any]) -> None:
@@ -440,7 +454,7 @@ def from_chat(payload: list[dict[str, Any]], original: Any) -> list[dict[str, An
     for chat in payload:
         role = chat.get("role")
         if role == "assistant":
-            found = assistants.get(_digest(chat))
+            found = _take(assistants, _key(chat))
             out.append(dict(found) if found is not None else _assistant_from_chat(chat))
         elif role == "tool":
             call_id = str(chat.get("tool_call_id") or "")
@@ -456,15 +470,24 @@ def from_chat(payload: list[dict[str, Any]], original: Any) -> list[dict[str, An
             else:
                 out.append({"role": "user", "content": [block]})
         elif role == "user":
-            blocks = users.get(_digest(chat))
+            blocks = _take(users, _key(chat))
+            same = _take(others, _key(chat)) if blocks is None else None
+            if same is not None:
+                out.append(dict(same))  # a user message with string content, as it came
+                continue
             if blocks is None:
                 content = chat.get("content")
                 blocks = [{"type": "text", "text": content if isinstance(content, str) else _text_of_blocks(content)}]
             user_blocks(blocks)
         else:
-            found = others.get(_digest(chat))
+            found = _take(others, _key(chat))
             out.append(dict(found) if found is not None else {"role": role, "content": chat.get("content") or ""})
     return out
+
+
+def _take(found: dict[tuple[str, ...], deque[_T]], key: tuple[str, ...]) -> _T | None:
+    queue = found.get(key)
+    return queue.popleft() if queue else None
 
 
 def _assistant_from_chat(chat: dict[str, Any]) -> dict[str, Any]:
