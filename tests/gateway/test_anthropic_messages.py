@@ -15,6 +15,7 @@ import anthropic
 import httpx2
 import pytest
 from django.contrib.auth.models import User
+from django.urls import reverse
 
 from contextlab import providers
 from contextlab.gateway.models import GatewayExchange, ObservedCall, UpstreamProvider
@@ -379,3 +380,32 @@ def test_the_providers_context_edits_show_in_the_turns_decision_flow(gateway_ser
     assert step["details"] == {"asked": EDITS["edits"], "applied": APPLIED["applied_edits"]}
     assert step["numbers"]["cleared_input_tokens"] == 50000 and step["numbers"]["cleared_tool_uses"] == 8
     assert [s["step"] for s in turn.trace["steps"]][-2:] == ["provider_context_edits", "result"]
+
+
+# -- tokens: the provider's count is the truth -----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["observe", "manage"])
+def test_the_session_shows_anthropics_usage_as_the_truth_and_ours_as_an_estimate(
+        gateway_server, alice_token, big_profile, anthropic_upstream, alice_browser, mode):
+    _route(big_profile, anthropic_upstream, mode=mode)
+    anthropic_upstream.brain = lambda body: text("Done.")
+    client = _client(gateway_server, api_key=alice_token)
+    messages: list[Any] = [{"role": "user", "content": "First."}]
+    reply = client.messages.create(model=MODEL, max_tokens=10, system=SYSTEM, messages=messages)
+    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Second."}]
+    assert client.messages.create(model=MODEL, max_tokens=10, system=SYSTEM, messages=messages).content
+    assert reply.usage.input_tokens == 1200
+
+    session = AgentSession.objects.get()
+    turn = session.turns.order_by("number").last()
+    estimate = turn.payload_tokens
+    page = alice_browser.get(reverse("cl-session-llm", args=[session.pk]), {"turn": turn.number}).content.decode()
+    # input 1,200 + cache read 800 + cache write 100 = 2,100 reported.
+    assert "Anthropic reported <strong>2,100</strong> input tokens" in page
+    assert "input 1,200 · cache read 800 · cache creation 100 · output 25" in page
+    assert f'<span data-k="estimate">{estimate:,}</span> (an estimate' in page
+    assert f'<strong data-k="ratio">{round(2100 / estimate, 2)}</strong>' in page
+    assert "over the session's 2 calls" in page
+    detail = alice_browser.get(reverse("cl-turn-detail", args=[session.pk, turn.number])).content.decode()
+    assert 'Anthropic usage (the truth): <span data-k="usage-input">1,200</span> input' in detail
