@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +29,8 @@ class Answer:
         "output_tokens": 25})
     # Stream only: stop after this many events without message_stop (a cut stream).
     cut_after: int | None = None
+    # Stream only: seconds between events.
+    event_delay: float = 0.0
     context_management: dict[str, Any] | None = None
 
 
@@ -129,6 +132,8 @@ class AnthropicProvider:
                 for number, (kind, data) in enumerate(events):
                     if answer.cut_after is not None and number >= answer.cut_after:
                         return
+                    if answer.event_delay and number:
+                        time.sleep(answer.event_delay)
                     self.wfile.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
                     self.wfile.flush()
 
