@@ -17,8 +17,12 @@ STEP = "provider_context_edits"
 _COUNTS = ("cleared_input_tokens", "cleared_tool_uses", "cleared_thinking_turns")
 
 
-def provider_edits_step(asked: Any, applied: Any) -> dict[str, Any] | None:
-    """The trace step for the edits asked for and applied; None when the call asked for none and got none."""
+def provider_edits_step(asked: Any, applied: Any, *, removed: list[dict[str, Any]] | None = None,
+                        by: str = "the provider") -> dict[str, Any] | None:
+    """The trace step for the edits asked for and applied; None when the call asked for none and got none.
+
+    ``by``: who applied them ("ContextLab" when the engine ran them for an upstream that
+    cannot); ``removed``: what each edit removed, when known (ContextLab's own run)."""
     asked_edits = [e for e in asked if isinstance(e, dict)] if isinstance(asked, list) else []
     applied_edits = [e for e in applied if isinstance(e, dict)] if isinstance(applied, list) else []
     if not asked_edits and not applied_edits:
@@ -30,14 +34,14 @@ def provider_edits_step(asked: Any, applied: Any) -> dict[str, Any] | None:
         if total or any(key in e for e in applied_edits):
             numbers[key] = total
     if applied_edits:
-        outcome = (f"the provider applied {len(applied_edits)} edit(s) of its own to the context: "
+        outcome = (f"{by} applied {len(applied_edits)} context edit(s): "
                    + ", ".join(str(e.get("type") or "?") for e in applied_edits))
     else:
-        outcome = f"asked the provider for {names}; it reported no edit applied"
+        outcome = f"asked for {names}; {by} applied none"
     reasons = [f"asked: {e.get('type')} " + ", ".join(f"{k}={v}" for k, v in e.items() if k != "type")
                for e in asked_edits]
     reasons += [f"applied: {e.get('type')} " + ", ".join(f"{k}={v}" for k, v in e.items() if k != "type")
                 for e in applied_edits]
     return {"step": STEP, "status": "fired" if applied_edits else "ok", "started_at": "", "duration_ms": 0.0,
             "inputs": {}, "numbers": numbers, "outcome": outcome, "reasons": reasons,
-            "details": {"asked": asked_edits, "applied": applied_edits}}
+            "details": {"asked": asked_edits, "applied": applied_edits, **({"removed": removed} if removed else {})}}

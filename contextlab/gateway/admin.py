@@ -34,7 +34,7 @@ class UpstreamProviderForm(forms.ModelForm):  # type: ignore[type-arg]
         model = UpstreamProvider
         formfield_callback = _formfield
         fields = ["profile", "base_url", "api_key_env", "api_key", "clear_api_key", "model_map", "timeout",
-                  "extra_headers", "identity", "mode", "kind", "credential"]
+                  "extra_headers", "identity", "mode", "kind", "credential", "context_edits"]
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 
 from contextlab import telemetry
 from contextlab.engine.provider_edits import provider_edits_step
+from contextlab.engine.tokens import TiktokenCounter
 from contextlab.gateway import history, services, upstream
 from contextlab.gateway.credentials import ClientCredential
 from contextlab.gateway.models import UpstreamProvider
@@ -40,18 +41,27 @@ def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
 
 
 def upstream_body(request: HttpRequest, provider: UpstreamProvider, body: dict[str, Any],
-                  exchange: Exchange) -> bytes:
-    """What goes upstream: the managed messages in Anthropic's shape, every other field as it came.
+                  exchange: Exchange) -> tuple[bytes, wire_protocol.AppliedEdits | None]:
+    """What goes upstream: the managed messages in Anthropic's shape, every other field as it came;
+    and the context edits ContextLab ran itself, when the provider is set to have it run them.
 
     Unmanaged, the agent's bytes go as they came unless the model name is mapped."""
     model = provider.upstream_model(body.get("model"))
     if not exchange.managed:
         if model == body.get("model"):
-            return request.body
-        return _dumps({**body, "model": model})
+            return request.body, None
+        return _dumps({**body, "model": model}), None
     chat = exchange.body.get("messages") or []
     _, payload = history.split_system(chat)
-    return _dumps({**body, "model": model, "messages": wire_protocol.from_chat(payload, body.get("messages"))})
+    messages = wire_protocol.from_chat(payload, body.get("messages"))
+    edits = wire_protocol.context_edits(body)
+    if not edits or provider.context_edits != UpstreamProvider.ContextEdits.ENGINE:
+        return _dumps({**body, "model": model, "messages": messages}), None
+    tokens = exchange.pending.trace["payload"]["tokens"]["total"] if exchange.pending is not None else 0
+    applied = wire_protocol.apply_context_edits(messages, edits, input_tokens=int(tokens),
+                                                count=TiktokenCounter().count_text)
+    out = {key: value for key, value in body.items() if key != "context_management"}
+    return _dumps({**out, "model": model, "messages": applied.messages}), applied
 
 
 def _dumps(body: dict[str, Any]) -> bytes:
@@ -71,7 +81,7 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
                                              endpoint=wire_protocol.ENDPOINT)
     exchange.span = span
     exchange.stream = stream
-    data = upstream_body(request, provider, body, exchange)
+    data, applied = upstream_body(request, provider, body, exchange)
     start = time.perf_counter()
     http = upstream.client()
     try:
@@ -88,7 +98,7 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
         return _unreachable(exchange, start, 502, f"the upstream provider could not be reached: "
                                                   f"{type(exc).__name__}: {exc}")
     if stream and answer.status_code == 200:
-        streaming = StreamingHttpResponse(for_server(_relay(answer, exchange, start)), status=200,
+        streaming = StreamingHttpResponse(for_server(_relay(answer, exchange, start, applied)), status=200,
                                          content_type=answer.headers.get("content-type", "text/event-stream"))
         for name, value in WIRE.passed(answer).items():
             if name.lower() != "content-type":
@@ -103,14 +113,18 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
         return _unreachable(exchange, start, 502, f"the upstream answer broke off: {exc}")
     finally:
         answer.close()
-    reply = wire_protocol.reply_from_body(content) if answer.status_code == 200 else None
     message = _message(content) if answer.status_code == 200 else None
+    if message is not None and applied is not None:
+        # Answered as Anthropic answers the edits it applied itself.
+        message = wire_protocol.with_context_management(message, applied.applied)
+        content = _dumps(message)
+    reply = wire_protocol.reply_of(message) if message is not None else None
     row = services.exchange_record(exchange, status_code=answer.status_code,
                                    reply=wire_protocol.reply_to_chat(message) if message is not None else None,
                                    usage=reply.usage if reply is not None else None,
                                    upstream_ms=(time.perf_counter() - start) * 1000)
     if row is not None and not row.error:
-        _note_provider_edits(exchange, reply.context_management if reply is not None else None)
+        _note_provider_edits(exchange, reply.context_management if reply is not None else None, applied)
     response = upstream.passthrough(answer, content)
     for name, value in WIRE.passed(answer).items():
         response[name] = value
@@ -134,9 +148,13 @@ def _unreachable(exchange: Exchange, start: float, status: int, message: str) ->
     return response
 
 
-def _relay(answer: httpx2.Response, exchange: Exchange, start: float) -> Iterator[bytes]:
+def _relay(answer: httpx2.Response, exchange: Exchange, start: float,
+           applied: wire_protocol.AppliedEdits | None = None) -> Iterator[bytes]:
     """The provider's events, passed on as they arrive; the reply is recorded before the chunk
-    holding ``message_stop`` goes out, so the agent's next call finds it in the session."""
+    holding ``message_stop`` goes out, so the agent's next call finds it in the session.
+
+    With ``applied`` (ContextLab ran the request's context edits), ``message_delta`` carries
+    them as ``context_management``, where Anthropic reports its own."""
     builder = wire_protocol.StreamBuilder()
     pending = b""
     recorded = False
@@ -145,14 +163,24 @@ def _relay(answer: httpx2.Response, exchange: Exchange, start: float) -> Iterato
         for chunk in answer.iter_bytes():
             pending += chunk
             *complete, pending = pending.split(b"\n")
-            for line in complete:
+            rewritten = False
+            for position, line in enumerate(complete):
                 line = line.rstrip(b"\r")
                 if line.startswith(b"data:"):
                     wire_protocol.stream_events([line[5:].strip()], builder)
+                    if applied is not None and b'"message_delta"' in line:
+                        complete[position] = _with_edits(line, applied)
+                        rewritten = True
             if builder.finished and not recorded:
-                _record_stream(exchange, builder, start, "")
+                _record_stream(exchange, builder, start, "", applied)
                 recorded = True
-            yield chunk
+            if applied is None:
+                yield chunk
+            elif complete:
+                # Whole lines only, once one of them may have changed.
+                yield b"\n".join(complete) + b"\n" if rewritten or applied else chunk
+        if applied is not None and pending:
+            yield pending
     except GeneratorExit:
         error = "the client went away before the stream ended"
         raise
@@ -161,12 +189,24 @@ def _relay(answer: httpx2.Response, exchange: Exchange, start: float) -> Iterato
     finally:
         answer.close()
         if not recorded:
-            _record_stream(exchange, builder, start, error)
+            _record_stream(exchange, builder, start, error, applied)
     if not recorded and not builder.finished:
         yield wire_protocol.error_event(error or "the upstream stream ended before message_stop")
 
 
-def _record_stream(exchange: Exchange, builder: wire_protocol.StreamBuilder, start: float, error: str) -> None:
+def _with_edits(line: bytes, applied: wire_protocol.AppliedEdits) -> bytes:
+    try:
+        event = json.loads(line[5:].strip())
+    except ValueError:
+        return line
+    if not isinstance(event, dict) or event.get("type") != "message_delta":
+        return line
+    event["context_management"] = {"applied_edits": applied.applied}
+    return b"data: " + _dumps(event)
+
+
+def _record_stream(exchange: Exchange, builder: wire_protocol.StreamBuilder, start: float, error: str,
+                   applied: wire_protocol.AppliedEdits | None = None) -> None:
     if not error and builder.error:
         error = f"the upstream sent an error event: {builder.error}"
     if not error and not builder.complete:
@@ -177,17 +217,22 @@ def _record_stream(exchange: Exchange, builder: wire_protocol.StreamBuilder, sta
                                    usage=builder.usage or None, upstream_ms=(time.perf_counter() - start) * 1000,
                                    error=error)
     if row is not None and not row.error:
-        _note_provider_edits(exchange, message.get("context_management"))
+        _note_provider_edits(exchange, message.get("context_management"), applied)
 
 
-def _note_provider_edits(exchange: Exchange, applied: Any) -> None:
-    """The provider's own context edits (asked for, applied) as a step of the turn's decision flow.
+def _note_provider_edits(exchange: Exchange, answered: Any, applied: wire_protocol.AppliedEdits | None) -> None:
+    """The context edits (asked for, applied by the provider or by ContextLab) as a step of the
+    turn's decision flow.
 
     Written after the turn: the engine's trace is complete by then, and the
-    applied edits are only known from the answer."""
+    provider's applied edits are only known from the answer."""
     asked = exchange.body.get("context_management")
-    step = provider_edits_step((asked or {}).get("edits") if isinstance(asked, dict) else None,
-                               applied.get("applied_edits") if isinstance(applied, dict) else None)
+    step = provider_edits_step(
+        (asked or {}).get("edits") if isinstance(asked, dict) else None,
+        applied.applied if applied is not None else (
+            answered.get("applied_edits") if isinstance(answered, dict) else None),
+        removed=applied.removed if applied is not None else None,
+        by="ContextLab" if applied is not None else "the provider")
     if step is None or exchange.session is None or exchange.turn is None or not exchange.managed:
         return
     turn = Turn.objects.filter(session=exchange.session, number=exchange.turn).only("pk", "trace").first()

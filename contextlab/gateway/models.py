@@ -73,6 +73,15 @@ class UpstreamProvider(models.Model):
                             help_text="the wire protocol the provider speaks; an anthropic provider's base URL is "
                                       "e.g. https://api.anthropic.com/v1")
 
+    class ContextEdits(models.TextChoices):
+        PROVIDER = "provider", "the provider applies them (Anthropic's API does)"
+        ENGINE = "engine", "ContextLab applies them before the call and answers applied_edits (manage mode)"
+
+    context_edits = models.CharField(
+        max_length=16, choices=ContextEdits.choices, default=ContextEdits.PROVIDER,
+        help_text="who runs an Anthropic request's context_management.edits (clear_tool_uses_*, clear_thinking_*); "
+                  "engine suits an Anthropic-compatible upstream that cannot")
+
     class Credential(models.TextChoices):
         STORED = "stored", "the provider key stored here (the client authenticates with its ContextLab token)"
         CLIENT = "client", "the client's own provider credential, forwarded as it came"

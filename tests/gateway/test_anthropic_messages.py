@@ -409,3 +409,60 @@ def test_the_session_shows_anthropics_usage_as_the_truth_and_ours_as_an_estimate
     assert "over the session's 2 calls" in page
     detail = alice_browser.get(reverse("cl-turn-detail", args=[session.pk, turn.number])).content.decode()
     assert 'Anthropic usage (the truth): <span data-k="usage-input">1,200</span> input' in detail
+
+
+def _long_tool_history(uses: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Build everything."}]
+    for n in range(1, uses + 1):
+        messages.append({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": f"Target {n} next.", "signature": f"sig{n}"},
+            {"type": "tool_use", "id": f"toolu_{n:03d}", "name": "run_shell", "input": {"command": f"make t{n}"}}]})
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n:03d}",
+                                                      "content": f"t{n}: " + "compiled ok " * 50}]})
+    return messages
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_contextlab_runs_the_context_edits_an_upstream_cannot_and_answers_applied_edits(
+        gateway_server, alice_token, big_profile, anthropic_upstream, stream):
+    route = _route(big_profile, anthropic_upstream, mode="manage")
+    route.context_edits = UpstreamProvider.ContextEdits.ENGINE
+    route.save()
+    anthropic_upstream.brain = lambda body: text("All built.")
+    edits = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 100},
+                        "keep": {"type": "tool_uses", "value": 2}},
+                       {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]}
+    body = {"model": MODEL, "max_tokens": 10, "tools": TOOLS, "messages": _long_tool_history(5),
+            "context_management": edits, "stream": stream}
+    answer = httpx2.post(f"{gateway_server}/v1/messages", json=body, headers={"x-api-key": alice_token}, timeout=30)
+    assert answer.status_code == 200
+    if stream:
+        deltas = [json.loads(line[5:]) for line in answer.text.splitlines()
+                  if line.startswith("data:") and '"message_delta"' in line]
+        management = deltas[0]["context_management"]
+    else:
+        management = answer.json()["context_management"]
+    applied = management["applied_edits"]
+    assert [(e["type"], e.get("cleared_tool_uses"), e.get("cleared_thinking_turns")) for e in applied] == \
+        [("clear_tool_uses_20250919", 3, None), ("clear_thinking_20251015", None, 4)]
+    assert all(e["cleared_input_tokens"] > 0 for e in applied)
+
+    sent = anthropic_upstream.messages_requests[-1].body
+    assert "context_management" not in sent  # the upstream is asked for nothing it cannot do
+    results = {b["tool_use_id"]: b["content"] for m in sent["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b["type"] == "tool_result"}
+    assert [n for n, content in sorted(results.items()) if content.startswith("[tool result cleared")] == \
+        ["toolu_001", "toolu_002", "toolu_003"]
+    assert results["toolu_005"].startswith("t5: compiled ok")
+    thinking = [b["signature"] for m in sent["messages"] if m["role"] == "assistant" for b in m["content"]
+                if b["type"] == "thinking"]
+    assert thinking == ["sig5"]
+    # Every tool_use still has its tool_result right after it.
+    assert len(results) == 5
+
+    step = next(s for s in AgentSession.objects.get().turns.get().trace["steps"]
+                if s["step"] == "provider_context_edits")
+    assert step["outcome"].startswith("ContextLab applied 2 context edit(s)")
+    removed = step["details"]["removed"]
+    assert [r["tool_use_id"] for r in removed if "tool_use_id" in r] == ["toolu_001", "toolu_002", "toolu_003"]
+    assert sum(1 for r in removed if r.get("block") == "thinking") == 4

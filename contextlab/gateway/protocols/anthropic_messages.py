@@ -649,3 +649,119 @@ class Wire:
 
 MESSAGES = Wire("messages")
 COUNT_TOKENS = Wire("messages/count_tokens")
+
+
+# -- context edits applied by ContextLab (for an upstream that cannot) ------------------------
+
+CLEARED_TOOL_RESULT = "[tool result cleared by ContextLab (clear_tool_uses)]"
+_DEFAULT_TRIGGER = 100_000
+_DEFAULT_KEEP_TOOL_USES = 3
+
+
+@dataclass
+class AppliedEdits:
+    """What ContextLab's own run of the request's context edits did."""
+
+    messages: list[dict[str, Any]]
+    # Anthropic's shape, for the answer's ``context_management.applied_edits``.
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    # ContextLab's trace of exactly what each edit removed.
+    removed: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _value(spec: Any, default: int) -> int:
+    value = spec.get("value") if isinstance(spec, dict) else None
+    return value if isinstance(value, int) and value >= 0 else default
+
+
+def apply_context_edits(messages: list[dict[str, Any]], edits: list[dict[str, Any]], *, input_tokens: int,
+                        count: Any) -> AppliedEdits:
+    """Run ``clear_tool_uses_*`` and ``clear_thinking_*`` on the messages as Anthropic's server would.
+
+    ``input_tokens``: the request's size as ContextLab counted it (the triggers' measure);
+    ``count``: text → tokens, for what each edit cleared. Edits of other types are left out
+    (named in ``removed`` as not applied)."""
+    result = AppliedEdits(messages=[dict(m) for m in messages])
+    for edit in edits:
+        kind = str(edit.get("type") or "")
+        if kind.startswith("clear_tool_uses_"):
+            _clear_tool_uses(result, edit, input_tokens=input_tokens, count=count)
+        elif kind.startswith("clear_thinking_"):
+            _clear_thinking(result, edit, count=count)
+        else:
+            result.removed.append({"edit": kind, "not_applied": "ContextLab does not run this edit"})
+    return result
+
+
+def _clear_tool_uses(result: AppliedEdits, edit: dict[str, Any], *, input_tokens: int, count: Any) -> None:
+    kind = str(edit["type"])
+    if input_tokens < _value(edit.get("trigger"), _DEFAULT_TRIGGER):
+        return
+    keep = _value(edit.get("keep"), _DEFAULT_KEEP_TOOL_USES)
+    excluded = set(edit.get("exclude_tools") or []) if isinstance(edit.get("exclude_tools"), list) else set()
+    clear_inputs = edit.get("clear_tool_inputs") is True
+    uses = [(index, block) for index, message in enumerate(result.messages) if message.get("role") == "assistant"
+            and isinstance(message.get("content"), list) for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") not in excluded]
+    cleared = uses[:max(0, len(uses) - keep)]
+    if not cleared:
+        return
+    ids = {str(block.get("id")): str(block.get("name") or "") for _, block in cleared}
+    tokens = 0
+    for index, message in enumerate(result.messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        changed = False
+        blocks = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result" and str(block.get("tool_use_id")) in ids \
+                    and _tool_result_text(block) != CLEARED_TOOL_RESULT:
+                before = count(_tool_result_text(block))
+                tokens += before
+                result.removed.append({"edit": kind, "tool_use_id": block.get("tool_use_id"),
+                                       "tool": ids[str(block.get("tool_use_id"))], "tokens": before})
+                block = {**block, "content": CLEARED_TOOL_RESULT}
+                changed = True
+            elif clear_inputs and isinstance(block, dict) and block.get("type") == "tool_use" and \
+                    str(block.get("id")) in ids and block.get("input"):
+                tokens += count(json.dumps(block.get("input"), ensure_ascii=False))
+                block = {**block, "input": {}}
+                changed = True
+            blocks.append(block)
+        if changed:
+            result.messages[index] = {**message, "content": blocks}
+    result.applied.append({"type": kind, "cleared_tool_uses": len(cleared), "cleared_input_tokens": tokens})
+
+
+def _clear_thinking(result: AppliedEdits, edit: dict[str, Any], *, count: Any) -> None:
+    kind = str(edit["type"])
+    keep_spec = edit.get("keep")
+    if keep_spec == "all":
+        return
+    keep = _value(keep_spec, 1)
+    thinking_turns = [index for index, message in enumerate(result.messages) if message.get("role") == "assistant"
+                      and isinstance(message.get("content"), list) and any(
+                          isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking")
+                          for b in message["content"])]
+    cleared = thinking_turns[:max(0, len(thinking_turns) - keep)]
+    if not cleared:
+        return
+    tokens = 0
+    for index in cleared:
+        message = result.messages[index]
+        kept = []
+        for block in message["content"]:
+            if isinstance(block, dict) and block.get("type") in ("thinking", "redacted_thinking"):
+                size = count(str(block.get("thinking") or ""))
+                tokens += size
+                result.removed.append({"edit": kind, "message": index, "block": block.get("type"), "tokens": size})
+            else:
+                kept.append(block)
+        result.messages[index] = {**message, "content": kept}
+    result.applied.append({"type": kind, "cleared_thinking_turns": len(cleared), "cleared_input_tokens": tokens})
+
+
+def with_context_management(message: dict[str, Any], applied: list[dict[str, Any]]) -> dict[str, Any]:
+    """An answer's ``message`` with the edits ContextLab applied, as Anthropic reports its own."""
+    return {**message, "context_management": {"applied_edits": applied}}
