@@ -82,6 +82,11 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
     exchange.span = span
     exchange.stream = stream
     data, applied = upstream_body(request, provider, body, exchange)
+    if exchange.forked_from is not None and exchange.session is not None and exchange.session._state.adding \
+            and wire_protocol.compaction_summary(body):
+        # Claude Code compacted its own context: the conversation goes on from its summary in a
+        # new session forked from the one it summarised (saved with the turn); the title says so.
+        exchange.session.title = f"{exchange.forked_from.title} · after Claude Code's compaction"[:200]
     start = time.perf_counter()
     http = upstream.client()
     try:

@@ -175,6 +175,9 @@ def test_it_manages_a_real_claude_code_session(tmp_path, gateway_server, alice, 
     assert [e.identity for e in exchanges] == ["new", "continued", "continued", "continued", "forked", "forked"]
     first = exchanges[0].session
     assert first is not None and first.turns_count == 4 and first.title == "gateway · list the files"
+    last = exchanges[5].session
+    assert last is not None and last.title == "gateway · list the files · after Claude Code's compaction"
+    assert last.gateway.forked_from == exchanges[4].session
     messages = list(first.messages.order_by("seq"))
     called = [block["id"] for m in messages for block in m.content if block.get("type") == "tool_use"]
     answered = [block["id"] for m in messages for block in m.content if block.get("type") == "tool_result"]
