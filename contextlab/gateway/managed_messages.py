@@ -53,9 +53,14 @@ def upstream_body(request: HttpRequest, provider: UpstreamProvider, body: dict[s
         return _dumps({**body, "model": model}), None
     chat = exchange.body.get("messages") or []
     _, payload = history.split_system(chat)
-    messages = wire_protocol.from_chat(payload, body.get("messages"))
     edits = wire_protocol.context_edits(body)
-    if not edits or provider.context_edits != UpstreamProvider.ContextEdits.ENGINE:
+    by_engine = bool(edits) and provider.context_edits == UpstreamProvider.ContextEdits.ENGINE
+    if payload == exchange.rest and not by_engine:
+        # The engine kept the whole conversation as it came (the common case): the agent's
+        # bytes go as they are, with no conversion back and no re-encoding.
+        return (request.body if model == body.get("model") else _dumps({**body, "model": model})), None
+    messages = wire_protocol.from_chat(payload, body.get("messages"))
+    if not by_engine:
         return _dumps({**body, "model": model, "messages": messages}), None
     tokens = exchange.pending.trace["payload"]["tokens"]["total"] if exchange.pending is not None else 0
     applied = wire_protocol.apply_context_edits(messages, edits, input_tokens=int(tokens),
