@@ -36,6 +36,13 @@ class UpstreamProviderForm(forms.ModelForm):  # type: ignore[type-arg]
         fields = ["profile", "base_url", "api_key_env", "api_key", "clear_api_key", "model_map", "timeout",
                   "extra_headers", "identity", "mode", "kind", "credential", "context_edits"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Left out of a form posted without them (a script written before they existed),
+        # the model's defaults stand: openai, the stored key, edits run by the provider.
+        for name in ("kind", "credential", "context_edits"):
+            self.fields[name].required = False
+
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
         if cleaned.get("clear_api_key"):
