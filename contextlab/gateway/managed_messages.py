@@ -81,7 +81,10 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
     with telemetry.current(span):
         exchange = services.exchange_prepare(owner=owner, profile=profile, provider=provider,
-                                             body=wire_protocol.to_chat(body, thinking_text=False),
+                                             body=wire_protocol.to_chat(
+                                                 body, thinking_text=False,
+                                                 conversation=(owner.pk, profile.pk, session_header)
+                                                 if session_header else None),
                                              session_header=session_header, retry=retry,
                                              endpoint=wire_protocol.ENDPOINT)
     exchange.span = span

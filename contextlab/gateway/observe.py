@@ -303,7 +303,9 @@ def _chat_body(call: ObservedCall) -> dict[str, Any]:
     """The recorded request in the chat-completions shape the inference reads."""
     body = call.body if isinstance(call.body, dict) else {}
     if call.protocol == anthropic_messages.ENDPOINT:
-        return anthropic_messages.with_applied_edits(anthropic_messages.to_chat(body), call.provider_edits)
+        conversation = (call.owner_id, call.profile_id, call.session_header) if call.session_header else None
+        return anthropic_messages.with_applied_edits(anthropic_messages.to_chat(body, conversation=conversation),
+                                                     call.provider_edits)
     return body
 
 

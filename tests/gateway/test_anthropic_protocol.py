@@ -215,3 +215,14 @@ def test_it_finds_the_contextlab_token_and_the_clients_own_credential(token, ali
                                      {"x-api-key": "x" * 5000}])
 def test_it_finds_no_token_where_there_is_none(token, headers):
     assert credentials.resolve({k: v.format(token=token) for k, v in headers.items()}).token is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(_conversation(), _conversation(), st.integers(0, 12))
+def test_converting_only_what_is_new_gives_what_converting_everything_gives(first, other, cut):
+    cache = am.ConvertedPrefixes(size=2)
+    # A conversation that grows, then one rewritten from the middle (an agent's own compaction).
+    for messages in (first[:1], first, first[:cut] + other):
+        for thinking_text in (False, True):
+            assert cache.convert("c", messages, thinking_text=thinking_text) == \
+                am.messages_to_chat(messages, thinking_text=thinking_text)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict, deque
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -336,6 +337,41 @@ def messages_to_chat(messages: Any, *, thinking_text: bool = True) -> list[dict[
     return out
 
 
+class ConvertedPrefixes:
+    """The chat conversion of the messages a conversation sent last time, to convert only what is new.
+
+    An agent resends its whole conversation on every call; converting it all would cost
+    a pass over every block, growing with the conversation. Kept per conversation
+    (bounded, least recently used first out): the last call's messages and the chat
+    messages each became. A message equal to the one at the same position last time
+    converts the same way.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._known: OrderedDict[Hashable, tuple[list[Any], list[list[dict[str, Any]]], bool]] = OrderedDict()
+
+    def convert(self, conversation: Hashable | None, messages: Any, *, thinking_text: bool) -> list[dict[str, Any]]:
+        if conversation is None or not isinstance(messages, list):
+            return messages_to_chat(messages, thinking_text=thinking_text)
+        with self._lock:
+            known, pieces, known_thinking = self._known.pop(conversation, ([], [], thinking_text))
+        if known_thinking != thinking_text:
+            known, pieces = [], []
+        same = len(known) if len(known) <= len(messages) and messages[:len(known)] == known else \
+            history.common_prefix(known, messages)
+        pieces = pieces[:same] + [messages_to_chat([m], thinking_text=thinking_text) for m in messages[same:]]
+        with self._lock:
+            self._known[conversation] = (list(messages), pieces, thinking_text)
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+        return [chat for piece in pieces for chat in piece]
+
+
+converted = ConvertedPrefixes(size=64)
+
+
 def tools_to_chat(tools: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for tool in tools if isinstance(tools, list) else []:
@@ -351,15 +387,16 @@ def tools_to_chat(tools: Any) -> list[dict[str, Any]]:
     return out
 
 
-def to_chat(body: Any, *, thinking_text: bool = True) -> dict[str, Any]:
+def to_chat(body: Any, *, thinking_text: bool = True, conversation: Hashable | None = None) -> dict[str, Any]:
     """The request in the chat-completions shape the observe inference and the engine read.
 
     ``thinking_text=False`` (manage mode) leaves thinking out of the engine's copy: it goes
     upstream verbatim with its signature from the client's own blocks (``from_chat``), and is
-    never fed to a summary."""
+    never fed to a summary. ``conversation``: a key naming the conversation, to convert only
+    the messages it did not send last time (``ConvertedPrefixes``)."""
     if not isinstance(body, dict):
         return {"messages": []}
-    messages = messages_to_chat(body.get("messages"), thinking_text=thinking_text)
+    messages = converted.convert(conversation, body.get("messages"), thinking_text=thinking_text)
     system = system_text(body.get("system"))
     if system:
         messages.insert(0, {"role": "system", "content": system})
