@@ -71,10 +71,13 @@ def main() -> None:
             "chat": (f"{chat_provider.base_url}/chat/completions", f"{chat_gateway.url}/chat/completions",
                      {"Authorization": "Bearer sk-direct"}, {"Authorization": f"Bearer {chat_gateway.token}"}),
             "anthropic": (f"{claude.base_url}/messages", f"{claude_gateway.url}/messages",
-                          {"x-api-key": "sk-direct"}, {"x-api-key": claude_gateway.token}),
+                          {"x-api-key": "sk-direct"},
+                          # Claude Code names its conversation in this header on every call.
+                          {"x-api-key": claude_gateway.token, "X-Claude-Code-Session-Id": "bench"}),
         }
         print(f"mode {args.mode}, {args.rounds} rounds; what the gateway adds (gateway − direct), ms")
         for size in SIZES:
+            targets["anthropic"][3]["X-Claude-Code-Session-Id"] = f"bench-{size}"
             texts = [*_texts(size - 1), ("user", "Go on.")]
             added: dict[str, list[float]] = {"chat": [], "anthropic": []}
             for round_number in range(args.rounds + 1):
