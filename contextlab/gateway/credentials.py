@@ -44,10 +44,6 @@ class Credentials:
     token: ApiToken | None
     provider_credential: ClientCredential | None
 
-    @property
-    def user(self) -> object | None:
-        return self.token.user if self.token is not None else None
-
 
 def _bearer(value: str) -> str:
     scheme, _, rest = value.strip().partition(" ")

@@ -176,22 +176,20 @@ def _relay(answer: httpx2.Response, exchange: Exchange, start: float,
         for chunk in answer.iter_bytes():
             pending += chunk
             *complete, pending = pending.split(b"\n")
-            rewritten = False
             for position, line in enumerate(complete):
                 line = line.rstrip(b"\r")
                 if line.startswith(b"data:"):
                     wire_protocol.stream_events([line[5:].strip()], builder)
                     if applied is not None and b'"message_delta"' in line:
                         complete[position] = _with_edits(line, applied)
-                        rewritten = True
             if builder.finished and not recorded:
                 _record_stream(exchange, builder, start, "", applied)
                 recorded = True
             if applied is None:
                 yield chunk
             elif complete:
-                # Whole lines only, once one of them may have changed.
-                yield b"\n".join(complete) + b"\n" if rewritten or applied else chunk
+                # Whole lines only: one of them may have changed.
+                yield b"\n".join(complete) + b"\n"
         if applied is not None and pending:
             yield pending
     except GeneratorExit:
