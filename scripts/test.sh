@@ -27,7 +27,7 @@ if ! command -v chromium >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 bash scripts/services.sh
-# The real agent CLIs (pinned, from npm) for the tests that run them through the gateway.
+# The real agent CLIs (pinned, from npm, into var/npm/) the agent tests drive.
 bash scripts/install_agent_clis.sh
 # axe-core from npm, for the browser tests' accessibility checks.
 bash scripts/install_axe.sh

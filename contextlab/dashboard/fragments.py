@@ -323,11 +323,32 @@ def usage_context(turn: Turn) -> dict[str, Any]:
     if reported is None:
         return {"usage": None}
     counted = turn.payload_tokens
-    other = {key: value for key, value in (turn.usage or {}).items()
-             if isinstance(value, int | float) and key not in ("prompt_tokens", "input_tokens")}
+    usage = turn.usage or {}
+    anthropic = "input_tokens" in usage and "prompt_tokens" not in usage
+    parts = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+    other = {key: value for key, value in usage.items()
+             if isinstance(value, int | float) and key not in ("prompt_tokens", *(parts if anthropic else ()))}
     return {"usage": {"reported": reported, "counted": counted, "delta": reported - counted,
                       "delta_percent": round(100 * (reported - counted) / counted, 1) if counted else None,
-                      "other": sorted(other.items())}}
+                      "other": sorted(other.items()),
+                      # Claude's tokenizer is not public: the provider's count is the truth and
+                      # ContextLab's an estimate, with the ratio between them, per call and per session.
+                      "anthropic": anthropic,
+                      "parts": [(key.removesuffix("_tokens").replace("_input", "").replace("_", " "),
+                                 usage[key]) for key in parts if isinstance(usage.get(key), int)] if anthropic else [],
+                      "ratio": round(reported / counted, 2) if counted else None,
+                      "session_ratio": _session_usage_ratio(turn) if anthropic else None}}
+
+
+def _session_usage_ratio(turn: Turn) -> dict[str, Any] | None:
+    """Reported over estimated input tokens, across the session's calls that carry a provider usage."""
+    reported = counted = calls = 0
+    for usage, tokens in Turn.objects.filter(session_id=turn.session_id, usage__isnull=False).values_list(
+            "usage", "payload_tokens"):
+        value = services.reported_prompt_tokens(usage)
+        if value is not None and tokens:
+            reported, counted, calls = reported + value, counted + tokens, calls + 1
+    return {"ratio": round(reported / counted, 2), "calls": calls} if counted else None
 
 
 # -- message fate ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from typing import Any
 
 from contextlab.engine.convert.openai import from_openai
 from contextlab.engine.errors import ContextLabError
+from contextlab.engine.provider_edits import provider_edits_step
 from contextlab.engine.tokens import TokenCounter
 from contextlab.engine.trace import SCHEMA, flaw
 
@@ -899,6 +900,11 @@ def observed_trace(observation: Observation, request: RecordedRequest, turn: int
         if row["silent"]:
             losses.append(flaw("silent_single_line_cut",
                                f"{row['message_id']}: {row['bytes_before']} -> {row['bytes_after']} bytes"))
+    management = request.body.get("context_management")
+    edits = provider_edits_step(management.get("edits"), management.get("applied_edits")) if isinstance(
+        management, dict) else None
+    if edits is not None:
+        steps.append(edits)
     steps.append(_step("result", "ok", "the request as the agent sent it",
                        numbers={"total": tokens["total"], "system": tokens["system"], "summary": summary_tokens,
                                 "messages": tokens["messages"] - summary_tokens,

@@ -34,7 +34,14 @@ class UpstreamProviderForm(forms.ModelForm):  # type: ignore[type-arg]
         model = UpstreamProvider
         formfield_callback = _formfield
         fields = ["profile", "base_url", "api_key_env", "api_key", "clear_api_key", "model_map", "timeout",
-                  "extra_headers", "identity", "mode"]
+                  "extra_headers", "identity", "mode", "kind", "credential", "context_edits"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Left out of a form posted without them (a script written before they existed),
+        # the model's defaults stand: openai, the stored key, edits run by the provider.
+        for name in ("kind", "credential", "context_edits"):
+            self.fields[name].required = False
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
@@ -52,7 +59,7 @@ class UpstreamProviderForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(UpstreamProvider)
 class UpstreamProviderAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = UpstreamProviderForm
-    list_display = ("profile", "base_url", "key_source", "timeout", "identity", "updated")
+    list_display = ("profile", "kind", "base_url", "key_source", "credential", "timeout", "identity", "updated")
     search_fields = ("profile__name", "profile__owner__username", "base_url")
     raw_id_fields = ("profile",)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -168,6 +169,15 @@ def system_prompt(system_messages: Sequence[dict[str, Any]]) -> str:
         elif isinstance(content, list):
             parts.append("".join(str(p.get("text", "")) for p in content if isinstance(p, dict)))
     return "\n\n".join(p for p in parts if p)
+
+
+# Reminders coding agents (Claude Code) put ahead of what the user typed: not what a title should show.
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+
+
+def without_reminders(text: str) -> str:
+    """The text with the agent's ``<system-reminder>`` sections taken out (for titles)."""
+    return _REMINDER.sub(" ", text) if "<system-reminder>" in text else text
 
 
 def first_user(messages: Sequence[Any]) -> Any:

@@ -64,6 +64,32 @@ class UpstreamProvider(models.Model):
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.MANAGE,
                             help_text="observe suits an agent that manages its own context (CoPaw, Claude Code, "
                                       "OpenHands, ...): requests and replies pass byte for byte")
+
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI-compatible (chat completions; Authorization: Bearer)"
+        ANTHROPIC = "anthropic", "Anthropic Messages API (x-api-key, anthropic-version)"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OPENAI,
+                            help_text="the wire protocol the provider speaks; an anthropic provider's base URL is "
+                                      "e.g. https://api.anthropic.com/v1")
+
+    class ContextEdits(models.TextChoices):
+        PROVIDER = "provider", "the provider applies them (Anthropic's API does)"
+        ENGINE = "engine", "ContextLab applies them before the call and answers applied_edits (manage mode)"
+
+    context_edits = models.CharField(
+        max_length=16, choices=ContextEdits.choices, default=ContextEdits.PROVIDER,
+        help_text="who runs an Anthropic request's context_management.edits (clear_tool_uses_*, clear_thinking_*); "
+                  "engine suits an Anthropic-compatible upstream that cannot")
+
+    class Credential(models.TextChoices):
+        STORED = "stored", "the provider key stored here (the client authenticates with its ContextLab token)"
+        CLIENT = "client", "the client's own provider credential, forwarded as it came"
+
+    credential = models.CharField(
+        max_length=16, choices=Credential.choices, default=Credential.STORED,
+        help_text="client: the agent sends its own provider key or subscription token (x-api-key or "
+                  "Authorization) and its ContextLab token in the X-ContextLab-Token header")
     created = models.DateTimeField(default=now)
     updated = models.DateTimeField(auto_now=True)
 
@@ -115,6 +141,10 @@ class UpstreamProvider(models.Model):
         except providers.ProviderUnavailable as exc:
             raise UpstreamMisconfigured(f"the upstream provider of profile {self.profile.name!r}: "
                                         f"{exc.message}") from exc
+
+    @property
+    def forwards_client_credential(self) -> bool:
+        return self.credential == self.Credential.CLIENT
 
     @property
     def chat_url(self) -> str:
@@ -232,10 +262,15 @@ class ObservedCall(models.Model):
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     upstream_ms = models.FloatField(default=0.0)
+    # The context edits the provider reported it applied (Anthropic's ``context_management``
+    # of the answer); the edits asked for are in ``body``.
+    provider_edits = models.JSONField(null=True, blank=True)
     # "<trace id>/<span id>" of a call received as an OpenTelemetry span: an exporter
     # sends a batch again when its answer was lost, and the span is recorded once.
     span = models.CharField(max_length=100, blank=True)
-    # The wire protocol the call came in ("chat.completions", "responses", ...): how ``body`` reads.
+    # The wire protocol and endpoint the call came in ("chat.completions", "responses",
+    # "responses.compact", "anthropic.messages"): how ``body`` and the reply read; the
+    # inference reads every protocol through its adapter's conversion.
     endpoint = models.CharField(max_length=32, default="chat.completions")
     # The provider's id of the answer (Responses API), which a later call's previous_response_id names.
     response_id = models.CharField(max_length=200, blank=True)

@@ -15,6 +15,7 @@ inference: the agent never saw a reply, and its retry is the call that counts.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -35,9 +36,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 
 from contextlab import telemetry
 from contextlab.engine.observe import Observer, RecordedRequest
-from contextlab.gateway import sse, upstream
+from contextlab.gateway import history, sse, upstream
+from contextlab.gateway.credentials import ClientCredential
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
-from contextlab.gateway.protocols import openai_responses
+from contextlab.gateway.protocols import anthropic_messages, openai_responses
 from contextlab.sessions.models import AgentProfile, AgentSession
 from contextlab.sessions.services.observed import Parsed, observe, observed_session_write
 
@@ -50,98 +52,161 @@ def is_observed(provider: UpstreamProvider) -> bool:
     return provider.mode == UpstreamProvider.Mode.OBSERVE
 
 
-def _post_raw(provider: UpstreamProvider, api_key: str, data: bytes, *, stream: bool,
-              trace_headers: dict[str, str], path: str = "chat/completions") -> httpx2.Response:
-    http = upstream.client()
-    request = http.build_request("POST", provider.url(path), content=data,
-                                 headers={**upstream._headers(provider, api_key, stream=stream), **trace_headers},
-                                 timeout=upstream._timeout(provider))
-    return http.send(request, stream=stream)
+class Watcher(Protocol):
+    """Reads a relayed stream's ``data:`` payloads on the side and adds up the reply."""
 
+    def feed(self, payload: bytes) -> bool:
+        """Take one payload; True when it ends the stream (the reply is then complete)."""
+        ...
 
-class StreamReader(Protocol):
-    """Reads a relayed stream's data payloads; ``finished`` once the terminal event was read."""
-
-    @property
-    def finished(self) -> bool: ...
-
-    def feed(self, payload: bytes) -> None: ...
+    def store(self, call: ObservedCall, error: str) -> None:
+        """Write the reply (when complete and no ``error``) and the failure, if any, on the call."""
+        ...
 
     @property
-    def complete(self) -> bool: ...
-
-    def apply(self, call: ObservedCall) -> None:
-        """Set the call's reply and usage from what was read (only called when complete)."""
+    def broken(self) -> bool:
+        """The stream has not ended as the protocol ends a reply (so far)."""
+        ...
 
     def note(self, span: Any) -> None:
         """Put the answer's model and finish reasons on the gateway's span (telemetry)."""
 
 
-class _ChatStream:
+class Wire(Protocol):
+    """What observe mode needs of a wire protocol: where and how to send, how to read the answer."""
+
+    endpoint: str  # ObservedCall.endpoint: the protocol and which of its endpoints
+
+    def url(self, provider: UpstreamProvider, request: HttpRequest) -> str: ...
+
+    def headers(self, provider: UpstreamProvider, api_key: str, credential: ClientCredential | None,
+                request: HttpRequest, *, stream: bool) -> dict[str, str]: ...
+
+    def error(self, status: int, message: str, code: str) -> HttpResponse: ...
+
+    def store_reply(self, call: ObservedCall, content: bytes) -> None: ...
+
+    def watcher(self) -> Watcher: ...
+
+    def broken_tail(self, message: str) -> bytes:
+        """What ends a stream the upstream cut, so the client's SDK raises instead of taking a short reply."""
+        ...
+
+    def passed(self, answer: httpx2.Response) -> dict[str, str]: ...
+
+
+class _ChatWatcher:
     def __init__(self) -> None:
         self.builder = sse.ReplyBuilder()
-        self.finished = False
 
-    def feed(self, payload: bytes) -> None:
+    def feed(self, payload: bytes) -> bool:
         if payload == b"[DONE]":
-            self.finished = True
-            return
-        try:
+            return True
+        with contextlib.suppress(ValueError):
             self.builder.add(json.loads(payload))
-        except ValueError:
-            return
+        return False
+
+    def store(self, call: ObservedCall, error: str) -> None:
+        call.error = error or ("" if self.builder.complete else "the stream ended early")
+        if self.builder.complete and not call.error:
+            _set_reply(call, self.builder.message())
+            call.usage = self.builder.usage
 
     @property
-    def complete(self) -> bool:
-        return self.builder.complete
-
-    def apply(self, call: ObservedCall) -> None:
-        _set_reply(call, self.builder.message())
-        call.usage = self.builder.usage
+    def broken(self) -> bool:
+        return not self.builder.complete
 
     def note(self, span: Any) -> None:
         reasons = [self.builder.finish_reason] if self.builder.finish_reason else []
         telemetry.note_answer(span, model=self.builder.model, finish_reasons=reasons)
 
 
-class _ResponsesStream:
+class _ChatWire:
+    """OpenAI chat completions."""
+
+    endpoint = "chat.completions"
+
+    def url(self, provider: UpstreamProvider, request: HttpRequest) -> str:
+        return provider.chat_url
+
+    def headers(self, provider: UpstreamProvider, api_key: str, credential: ClientCredential | None,
+                request: HttpRequest, *, stream: bool) -> dict[str, str]:
+        return upstream.with_credential(upstream._headers(provider, api_key, stream=stream),
+                                        (credential.header, credential.value) if credential is not None else None)
+
+    def error(self, status: int, message: str, code: str) -> HttpResponse:
+        return upstream.openai_error(status, message, type="server_error" if status >= 500 else
+                                     "invalid_request_error", code=code)
+
+    def store_reply(self, call: ObservedCall, content: bytes) -> None:
+        _reply_from_completion(call, content)
+
+    def watcher(self) -> Watcher:
+        return _ChatWatcher()
+
+    def broken_tail(self, message: str) -> bytes:
+        # Observe mode passes a chat stream on as it came, cut or not (as it always has).
+        return b""
+
+    def passed(self, answer: httpx2.Response) -> dict[str, str]:
+        return upstream.passed_headers(answer)
+
+
+CHAT: Wire = _ChatWire()
+
+
+def _post_raw(wire: Wire, provider: UpstreamProvider, api_key: str, credential: ClientCredential | None,
+              request: HttpRequest, *, stream: bool, trace_headers: dict[str, str]) -> httpx2.Response:
+    http = upstream.client()
+    outgoing = http.build_request(
+        "POST", wire.url(provider, request), content=request.body,
+        headers={**wire.headers(provider, api_key, credential, request, stream=stream), **trace_headers},
+        timeout=upstream._timeout(provider))
+    return http.send(outgoing, stream=stream)
+
+
+class _ResponsesWatcher:
     def __init__(self) -> None:
         self.reader = openai_responses.StreamReader()
 
-    @property
-    def finished(self) -> bool:
+    def feed(self, payload: bytes) -> bool:
+        self.reader.feed(payload)
         return self.reader.finished
 
-    def feed(self, payload: bytes) -> None:
-        self.reader.feed(payload)
-
-    @property
-    def complete(self) -> bool:
-        return self.reader.complete
-
-    def apply(self, call: ObservedCall) -> None:
+    def store(self, call: ObservedCall, error: str) -> None:
+        if error or not self.reader.finished:
+            call.error = error or "the stream ended early"
+            return
+        # A failed or incomplete response ends its stream as a whole one does: its answer says so.
         _set_answer(call, self.reader.answer)
 
     def note(self, span: Any) -> None:
         return  # the Responses reader keeps no model or finish reason yet
 
-
-@dataclass(frozen=True)
-class Wire:
-    """What observe mode needs to know of one wire protocol; the rest of the core is shared."""
-
-    endpoint: str  # recorded with the call
-    path: str  # under the provider's base URL
-    read_answer: Callable[[ObservedCall, bytes], None]
-    stream_reader: Callable[[], StreamReader]
-    # Why an answer that came back whole still failed (a stream's error event, a failed response).
-    stream_error: Callable[[StreamReader], str] = lambda reader: ""
+    @property
+    def broken(self) -> bool:
+        return not self.reader.finished
 
 
-def _responses_answer(call: ObservedCall, content: bytes) -> None:
-    answer = openai_responses.answer_of(content)
-    if answer is not None:
-        _set_answer(call, answer)
+class ResponsesWire(_ChatWire):
+    """The OpenAI Responses API (``/responses``, ``/responses/compact``): sent like chat completions,
+    answered with a response object (or its events), whose id a later call's
+    ``previous_response_id`` names."""
+
+    def __init__(self, endpoint: str, path: str) -> None:
+        self.endpoint = endpoint
+        self.path = path  # under the provider's base URL
+
+    def url(self, provider: UpstreamProvider, request: HttpRequest) -> str:
+        return provider.url(self.path)
+
+    def store_reply(self, call: ObservedCall, content: bytes) -> None:
+        answer = openai_responses.answer_of(content)
+        if answer is not None:
+            _set_answer(call, answer)
+
+    def watcher(self) -> Watcher:
+        return _ResponsesWatcher()
 
 
 def _set_answer(call: ObservedCall, answer: openai_responses.Answer) -> None:
@@ -153,19 +218,8 @@ def _set_answer(call: ObservedCall, answer: openai_responses.Answer) -> None:
     call.reply_text, call.reply_tool_calls = answer.reply()
 
 
-def _responses_stream_error(reader: StreamReader) -> str:
-    assert isinstance(reader, _ResponsesStream)
-    answer = reader.reader.answer
-    return f"the provider ended the response unfinished: {answer.error}" if reader.finished and answer.error else ""
-
-
-CHAT = Wire(endpoint="chat.completions", path="chat/completions", read_answer=lambda call, content:
-            _reply_from_completion(call, content), stream_reader=_ChatStream)
-RESPONSES = Wire(endpoint=openai_responses.ENDPOINT, path="responses", read_answer=_responses_answer,
-                 stream_reader=_ResponsesStream, stream_error=_responses_stream_error)
-RESPONSES_COMPACT = Wire(endpoint=openai_responses.COMPACT_ENDPOINT, path="responses/compact",
-                         read_answer=_responses_answer, stream_reader=_ResponsesStream,
-                         stream_error=_responses_stream_error)
+RESPONSES = ResponsesWire(openai_responses.ENDPOINT, "responses")
+RESPONSES_COMPACT = ResponsesWire(openai_responses.COMPACT_ENDPOINT, "responses/compact")
 
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -180,16 +234,18 @@ def caller_trace_id(headers: Mapping[str, str]) -> str:
 def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
             body: dict[str, Any], session_header: str,
             for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]],
-            wire: Wire = CHAT, kind: str = "", client_conversation_id: str = "",
-            error: Callable[..., HttpResponse] = upstream.openai_error) -> HttpResponseBase:
+            wire: Wire = CHAT, credential: ClientCredential | None = None, kind: str = "",
+            client_conversation_id: str = "") -> HttpResponseBase:
     """Send the agent's bytes upstream and its answer back; record the call.
 
     ``for_server`` adapts the relayed stream to the server (WSGI or ASGI);
-    ``wire`` is the protocol (its path, how its answers read); ``kind`` what
-    the agent said the call is for besides a turn ("compaction.local", ...).
-    ``client_conversation_id`` is the conversation id the client sent in its own
-    header (an adapter reads it: Claude Code's session id, Codex's): the
-    inference never puts two ids in one conversation, nor splits one id's calls."""
+    ``wire`` is the protocol; ``credential`` the client's own provider
+    credential, sent instead of ``api_key`` when the provider forwards it;
+    ``kind`` what the agent said the call is for besides a turn
+    ("compaction.local", "prewarm", ...). ``client_conversation_id`` is the
+    conversation id the client sent in its own header (an adapter reads it:
+    Claude Code's session id, Codex's): the inference never puts two ids in one
+    conversation, nor splits one id's calls."""
     stream = body.get("stream") is True
     call = ObservedCall(owner=owner, profile=profile, body=body, session_header=session_header[:300],
                         endpoint=wire.endpoint, kind=kind[:32], client_id=client_conversation_id[:300],
@@ -197,18 +253,18 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
     start = time.perf_counter()
     try:
-        answer = _post_raw(provider, api_key, request.body, stream=stream, path=wire.path,
+        answer = _post_raw(wire, provider, api_key, credential, request, stream=stream,
                            trace_headers=telemetry.upstream_trace_headers(request.headers, span))
     except httpx2.TimeoutException as exc:
-        return _failed(call, span, start, 504, f"the upstream provider did not answer within {provider.timeout:g} s "
-                                         f"({type(exc).__name__})", "upstream_timeout", error)
+        return _failed(wire, call, span, start, 504, f"the upstream provider did not answer within "
+                                               f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")
     except httpx2.RequestError as exc:
-        return _failed(call, span, start, 502, f"the upstream provider could not be reached: {type(exc).__name__}: {exc}",
-                       "upstream_unreachable", error)
+        return _failed(wire, call, span, start, 502, f"the upstream provider could not be reached: "
+                                               f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if stream and answer.status_code == 200:
-        streaming = StreamingHttpResponse(for_server(_relay(answer, call, start, span, wire)), status=200,
+        streaming = StreamingHttpResponse(for_server(_relay(wire, answer, call, start, span)), status=200,
                                          content_type=answer.headers.get("content-type", "text/event-stream"))
-        for name, value in upstream.passed_headers(answer).items():
+        for name, value in wire.passed(answer).items():
             if name.lower() != "content-type":
                 streaming[name] = value
         streaming["Cache-Control"] = "no-cache"
@@ -218,16 +274,18 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     try:
         content = answer.read()
     except httpx2.HTTPError as exc:
-        return _failed(call, span, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable", error)
+        return _failed(wire, call, span, start, 502, f"the upstream answer broke off: {exc}", "upstream_unreachable")
     finally:
         answer.close()
     call.status_code = answer.status_code
     call.upstream_ms = (time.perf_counter() - start) * 1000
     if answer.status_code == 200:
-        wire.read_answer(call, content)
+        wire.store_reply(call, content)
         telemetry.note_completion(span, content)
     session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content)
+    for name, value in wire.passed(answer).items():
+        response[name] = value
     response["X-ContextLab-Managed"] = "false"
     if session is not None:
         response["X-ContextLab-Session"] = str(session.pk)
@@ -248,14 +306,14 @@ def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> Agen
     return session
 
 
-def _failed(call: ObservedCall, span: Any, start: float, status: int, message: str, code: str,
-            error: Callable[..., HttpResponse] = upstream.openai_error) -> HttpResponse:
+def _failed(wire: Wire, call: ObservedCall, span: Any, start: float, status: int, message: str,
+            code: str) -> HttpResponse:
     call.status_code = status
     call.error = message
     call.upstream_ms = (time.perf_counter() - start) * 1000
     call.save()
     telemetry.finish_gateway_span(span, status_code=status, usage=None, error=message)
-    response = error(status, message, type="server_error", code=code)
+    response = wire.error(status, message, code)
     response["X-ContextLab-Managed"] = "false"
     return response
 
@@ -281,64 +339,71 @@ def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
     call.reply_tool_calls = calls if isinstance(calls, list) else []
 
 
-def _relay(answer: httpx2.Response, call: ObservedCall, start: float, span: Any,
-           wire: Wire = CHAT) -> Iterator[bytes]:
+def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float, span: Any) -> Iterator[bytes]:
     """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
-    chunk holding the terminal event (``[DONE]``, ``response.completed``) goes out, so the
-    agent's next call finds it."""
-    reader = wire.stream_reader()
+    chunk that ends the stream goes out, so the agent's next call finds it."""
+    watcher = wire.watcher()
     pending = b""
     recorded = False
+    error = ""
     provider = _provider_of(call)
     try:
         for chunk in answer.iter_bytes():
             pending += chunk
             *complete, pending = pending.split(b"\n")
+            done = False
             for line in complete:
                 line = line.rstrip(b"\r")
-                if line.startswith(b"data:"):
-                    reader.feed(line[5:].strip())
-            if reader.finished and not recorded:
-                _finish(call, reader, start, wire.stream_error(reader), span)
+                if line.startswith(b"data:") and watcher.feed(line[5:].strip()):
+                    done = True
+            if done and not recorded:
+                _finish(call, watcher, start, "", span)
                 _recorded(call, provider, span)
                 recorded = True
             yield chunk
     except httpx2.HTTPError as exc:
-        call.error = f"the upstream stream broke off: {type(exc).__name__}: {exc}"
+        error = f"the upstream stream broke off: {type(exc).__name__}: {exc}"
     finally:
         answer.close()
         if not recorded:
-            _finish(call, reader, start, call.error or wire.stream_error(reader)
-                    or ("" if reader.complete else "the stream ended early"), span)
+            _finish(call, watcher, start, error, span)
             _recorded(call, provider, span)
+    if not recorded and (error or watcher.broken):
+        tail = wire.broken_tail(call.error or "the upstream stream ended before the reply was complete")
+        if tail:
+            yield tail
 
 
 def _provider_of(call: ObservedCall) -> UpstreamProvider:
     return UpstreamProvider.objects.get(profile_id=call.profile_id)
 
 
-def _finish(call: ObservedCall, reader: StreamReader, start: float, error: str, span: Any = None) -> None:
-    reader.note(span)
+def _finish(call: ObservedCall, watcher: Watcher, start: float, error: str, span: Any = None) -> None:
+    watcher.note(span)
     call.status_code = 200
-    call.error = error
     call.upstream_ms = (time.perf_counter() - start) * 1000
-    if reader.complete and not error:
-        reader.apply(call)
+    watcher.store(call, error)
 
 
 def _recorded_request(seq: int, call: ObservedCall, earlier: list[RecordedRequest] | None = None) -> RecordedRequest:
     """The call as the inference reads it: a chat-completions request and its reply.
 
-    ``earlier``: the requests recorded before it, where the chain a Responses
-    call continues (``previous_response_id``) is found."""
+    Each protocol's adapter converts its body. ``earlier``: the requests recorded
+    before it, where the chain a Responses call continues (``previous_response_id``)
+    is found."""
     body = call.body if isinstance(call.body, dict) else {}
-    if call.endpoint != CHAT.endpoint:
+    session_header = call.session_header
+    if call.endpoint == anthropic_messages.ENDPOINT:
+        conversation = (call.owner_id, call.profile_id, call.session_header) if call.session_header else None
+        body = anthropic_messages.with_applied_edits(anthropic_messages.to_chat(body, conversation=conversation),
+                                                     call.provider_edits)
+    elif call.endpoint in (RESPONSES.endpoint, RESPONSES_COMPACT.endpoint):
         body = _responses_view(call, body, earlier or [])
     # The agent's compaction request is a side call, under no id: the inference
     # attaches it to the conversation it quotes.
     named = not call.kind.startswith("compaction")
     return RecordedRequest(seq=seq, body=body, reply_text=call.reply_text,
-                           session_header=call.session_header if named else "",
+                           session_header=session_header if named else "",
                            reply_tool_calls=list(call.reply_tool_calls or []), usage=call.usage,
                            client_conversation_id=call.client_id if named else "", trace_id=call.trace_id,
                            resource=call.resource)
@@ -614,8 +679,8 @@ def _session_for(call: ObservedCall, conversation_id: str, first: RecordedReques
         return found
     opening = next((m for m in first.messages if m.get("role") == "user"), {})
     content = opening.get("content")
-    text = content if isinstance(content, str) else " ".join(
-        str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    text = history.without_reminders(content if isinstance(content, str) else " ".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, dict)))
     meta = first.body.get(VIEW_KEY)
     if isinstance(meta, dict) and meta.get("opening"):
         # Another protocol's adapter knows the user's first words better (past an agent's harness context).

@@ -26,6 +26,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 
 from contextlab import telemetry
 from contextlab.gateway import observe, services, upstream
+from contextlab.gateway.credentials import ClientCredential
 from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamProvider
 from contextlab.gateway.protocols import openai_responses
 from contextlab.gateway.services import SESSION_HEADER, Exchange
@@ -38,7 +39,7 @@ AFTER_COMPACTION = ("the agent compacted its own context just before this reques
                     "continues the session's, so this session forks from the one before the compaction")
 
 
-def _unmanaged_reason(body: dict[str, Any], kind: str, wire: observe.Wire) -> str:
+def _unmanaged_reason(body: dict[str, Any], kind: str, wire: observe.ResponsesWire) -> str:
     if wire.endpoint == openai_responses.COMPACT_ENDPOINT or kind == "compaction.remote":
         return REMOTE_COMPACTION
     if kind == "compaction.local":
@@ -53,8 +54,9 @@ def _unmanaged_reason(body: dict[str, Any], kind: str, wire: observe.Wire) -> st
 
 
 def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
-         body: dict[str, Any], session_header: str, wire: observe.Wire, kind: str, retry: bool,
-         for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]]) -> HttpResponseBase:
+         body: dict[str, Any], session_header: str, wire: observe.ResponsesWire, kind: str, retry: bool,
+         for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]],
+         credential: ClientCredential | None = None) -> HttpResponseBase:
     view = openai_responses.manage_view(body)
     reason = _unmanaged_reason(body, kind, wire)
     model = provider.upstream_model(body.get("model")) if "model" in body else None
@@ -80,7 +82,8 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
     start = time.perf_counter()
     try:
         answer = upstream.post(provider, api_key, wire.path, exchange.body, stream=exchange.stream,
-                               trace_headers=telemetry.upstream_trace_headers(request.headers, span))
+                               trace_headers=telemetry.upstream_trace_headers(request.headers, span),
+                               credential=(credential.header, credential.value) if credential is not None else None)
     except httpx2.TimeoutException as exc:
         return _unreachable(exchange, start, 504, f"the upstream provider did not answer within "
                                                   f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")

@@ -201,7 +201,7 @@ class Exchange:
     span: Any = None
     # The session's gateway row as the call was prepared (None for a new session).
     gateway: GatewaySession | None = None
-    # The wire protocol's endpoint, as the exchange row names it.
+    # The wire protocol the client spoke (``GatewayExchange.endpoint``).
     endpoint: str = "chat.completions"
 
     @property
@@ -218,7 +218,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamProvider, body: dict[str, Any],
-                     session_header: str = "", retry: bool = False) -> Exchange:
+                     session_header: str = "", retry: bool = False, endpoint: str = "chat.completions") -> Exchange:
     """Manage the call's context; on any ContextLab failure, forward it as it came.
 
     ``retry``: the client says this is a retry of a call it made before (the
@@ -231,7 +231,7 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
     exchange = Exchange(owner=owner, profile=profile, provider=provider, body=_unmanaged(provider, body),
                         stream=stream, model=str(body.get("model") or "")[:200],
                         client_wants_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
-                        retry=retry)
+                        retry=retry, endpoint=endpoint)
     stage = "identity"
     try:
         messages = body.get("messages")
@@ -377,7 +377,7 @@ def _title(kind: str, key: str, rest: list[Any]) -> str:
     if kind == GatewaySession.Kind.HEADER and _as_uuid(key) is None:
         return f"gateway · {key}"[:200]
     first = history.first_user(rest)
-    text = history.content_text(first.get("content")) if isinstance(first, dict) else ""
+    text = history.without_reminders(history.content_text(first.get("content"))) if isinstance(first, dict) else ""
     # A title is for people: control characters (NUL included) become spaces.
     text = " ".join("".join(c if c.isprintable() else " " for c in text[:TITLE_CHARS * 4]).split())
     if len(text) > TITLE_CHARS:

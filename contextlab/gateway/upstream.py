@@ -92,12 +92,21 @@ def post_chat(provider: UpstreamProvider, api_key: str, body: dict[str, Any], *,
     return http.send(request, stream=stream)
 
 
+def with_credential(headers: dict[str, str], credential: tuple[str, str] | None) -> dict[str, str]:
+    """``headers`` with the client's own provider credential (header, value) instead of the stored key."""
+    if credential is not None:
+        headers.pop("Authorization", None)
+        headers[credential[0]] = credential[1]
+    return headers
+
+
 def post(provider: UpstreamProvider, api_key: str, path: str, body: dict[str, Any], *, stream: bool,
-         trace_headers: dict[str, str] | None = None) -> httpx2.Response:
-    """POST a JSON body to ``path`` under the provider's base URL (another protocol's endpoint)."""
+         trace_headers: dict[str, str] | None = None, credential: tuple[str, str] | None = None) -> httpx2.Response:
+    """POST a JSON body to ``path`` under the provider's base URL (another protocol's endpoint);
+    ``credential``: the client's own (header, value), sent instead of ``api_key``."""
     data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
     http = client()
-    headers = {**_headers(provider, api_key, stream=stream), **(trace_headers or {})}
+    headers = {**with_credential(_headers(provider, api_key, stream=stream), credential), **(trace_headers or {})}
     request = http.build_request("POST", provider.url(path), content=data, headers=headers,
                                  timeout=_timeout(provider))
     return http.send(request, stream=stream)

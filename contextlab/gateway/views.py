@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx2
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -27,8 +26,17 @@ from django.views.decorators.csrf import csrf_exempt
 from contextlab import ratelimit, telemetry
 from contextlab.engine import strict_json
 from contextlab.engine.unicode import repaired
-from contextlab.gateway import observe, responses_managed, services, sse, upstream
-from contextlab.gateway.protocols import openai_responses
+from contextlab.gateway import (
+    credentials,
+    managed_messages,
+    observe,
+    responses_managed,
+    services,
+    sse,
+    upstream,
+)
+from contextlab.gateway.models import UpstreamProvider
+from contextlab.gateway.protocols import anthropic_messages, openai_responses
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 
 log = logging.getLogger(__name__)
@@ -342,25 +350,26 @@ def model_detail(request: HttpRequest, model: str) -> HttpResponse:
 
 @csrf_exempt
 def not_found(request: HttpRequest, rest: str) -> HttpResponse:
-    return upstream.openai_error(404, f"ContextLab's gateway serves /v1/chat/completions, /v1/responses and "
-                                      f"/v1/models, not /v1/{rest}", code="unknown_url")
+    return upstream.openai_error(404, f"ContextLab's gateway serves /v1/chat/completions, /v1/responses, "
+                                      f"/v1/messages and /v1/models, not /v1/{rest}", code="unknown_url")
 
 
 # -- Responses API ---------------------------------------------------------------------------
 
 
-def _gateway_user(request: HttpRequest) -> tuple[User | None, HttpResponse | None]:
-    """Who calls, or the answer that refuses them: the one place a gateway call is authenticated.
+def _gateway_caller(request: HttpRequest) -> tuple[credentials.Credentials | None, HttpResponse | None]:
+    """Who calls, or the answer that refuses them: the one place a Responses call is authenticated.
 
     The ContextLab token comes as the provider key (``Authorization: Bearer``),
-    which is what an unmodified client sends."""
-    token = services.token_for(request.headers.get("Authorization", ""))
-    if token is None:
+    which is what an unmodified client sends, or in the dedicated header
+    (``X-ContextLab-Token``, Codex's ``http_headers``) beside the client's own key."""
+    caller = credentials.resolve(request.headers)
+    if caller.token is None:
         return None, _unauthorized()
-    retry_after = ratelimit.check("gateway", token.key_hash)
+    retry_after = ratelimit.check("gateway", caller.token.key_hash)
     if retry_after is not None:
         return None, _rate_limited(retry_after)
-    return token.user, None
+    return caller, None
 
 
 def _websocket_refused() -> HttpResponse:
@@ -382,13 +391,14 @@ def responses_compact(request: HttpRequest) -> HttpResponseBase:
     return _responses_call(request, observe.RESPONSES_COMPACT)
 
 
-def _responses_call(request: HttpRequest, wire: observe.Wire) -> HttpResponseBase:
+def _responses_call(request: HttpRequest, wire: observe.ResponsesWire) -> HttpResponseBase:
     if request.method != "POST":
         return _method_not_allowed("POST")
-    user, refusal = _gateway_user(request)
+    caller, refusal = _gateway_caller(request)
     if refusal is not None:
         return refusal
-    assert user is not None
+    assert caller is not None and caller.token is not None
+    user = caller.token.user
     try:
         body = _json_body(request)
         openai_responses.check(body)
@@ -400,6 +410,19 @@ def _responses_call(request: HttpRequest, wire: observe.Wire) -> HttpResponseBas
         return upstream.openai_error(400, exc.message, code="invalid_request", param=exc.param)
     except GatewayError as exc:
         return _error(exc)
+    if provider.kind == UpstreamProvider.Kind.ANTHROPIC:
+        return upstream.openai_error(
+            400, f"agent profile {profile.name!r} routes to an Anthropic Messages API provider ({provider.base_url}): "
+                 "point this profile's upstream provider at an OpenAI-compatible API (kind: openai) in the admin, "
+                 "or use /v1/messages", code="invalid_request")
+    credential = None
+    if provider.forwards_client_credential:
+        credential = caller.provider_credential
+        if credential is None:
+            return upstream.openai_error(
+                401, f"agent profile {profile.name!r} forwards your own provider credential, and the request "
+                     f"carries none besides the ContextLab token: send the token in the {credentials.TOKEN_HEADER} "
+                     "header and your provider key as Authorization: Bearer", code="invalid_api_key")
     compaction = openai_responses.compaction_kind(body, request.headers, endpoint=wire.endpoint)
     kind = f"compaction.{compaction}" if compaction else openai_responses.request_kind(request.headers)
     # The agent's own name for its conversation when it gives one (Codex's thread), before any inference.
@@ -408,7 +431,102 @@ def _responses_call(request: HttpRequest, wire: observe.Wire) -> HttpResponseBas
         return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key, body=body,
                                session_header=explicit, client_conversation_id=conversation,
                                for_server=lambda it: _for_server(request, it),
-                               wire=wire, kind=kind if kind != "turn" else "")
+                               wire=wire, kind=kind if kind != "turn" else "", credential=credential)
     return responses_managed.call(request, owner=user, profile=profile, provider=provider, api_key=api_key,
                                   body=body, session_header=explicit or conversation, wire=wire, kind=kind,
+                                  credential=credential,
                                   retry=_is_retry(request), for_server=lambda it: _for_server(request, it))
+
+
+# -- the Anthropic Messages API ----------------------------------------------------------------
+
+
+def _anthropic_unauthorized() -> HttpResponse:
+    return anthropic_messages.error_response(
+        401, "ContextLab does not know this credential: send a ContextLab API token (manage.py createapitoken) "
+             f"as x-api-key (ANTHROPIC_API_KEY), as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN), or in the "
+             f"{credentials.TOKEN_HEADER} header (ANTHROPIC_CUSTOM_HEADERS)")
+
+
+def _anthropic_call(request: HttpRequest, wire: anthropic_messages.Wire) -> HttpResponseBase:
+    """The checks every Messages API call passes, then observe mode's forwarding core or the manager."""
+    if request.method != "POST":
+        response = anthropic_messages.error_response(405, "use POST here")
+        response["Allow"] = "POST"
+        return response
+    caller = credentials.resolve(request.headers)
+    if caller.token is None:
+        return _anthropic_unauthorized()
+    retry_after = ratelimit.check("gateway", caller.token.key_hash)
+    if retry_after is not None:
+        response = anthropic_messages.error_response(
+            429, f"Rate limit reached for this ContextLab token; try again in {retry_after} s.")
+        response["Retry-After"] = str(retry_after)
+        return response
+    user = caller.token.user
+    try:
+        body = _json_body(request)
+        problem = anthropic_messages.invalid(body)
+        if problem:
+            raise GatewayError(400, problem, code="invalid_request")
+        contextlab_session = request.headers.get(SESSION_HEADER, "").strip()
+        profile = services.profile_for(owner=user, session_header=contextlab_session,
+                                       profile_header=request.headers.get(PROFILE_HEADER, "").strip())
+        provider, api_key = services.provider_for(profile)
+    except GatewayError as exc:
+        return anthropic_messages.error_response(exc.status, exc.message)
+    if provider.kind != UpstreamProvider.Kind.ANTHROPIC:
+        return anthropic_messages.error_response(
+            400, f"agent profile {profile.name!r} routes to an OpenAI-compatible provider ({provider.base_url}): "
+                 "point this profile's upstream provider at an Anthropic Messages API (kind: anthropic) in the "
+                 "admin, or use /v1/chat/completions")
+    credential = None
+    if provider.forwards_client_credential:
+        credential = caller.provider_credential
+        if credential is None:
+            return anthropic_messages.error_response(
+                401, f"agent profile {profile.name!r} forwards your own Anthropic credential, and the request "
+                     f"carries none besides the ContextLab token: send the token in the {credentials.TOKEN_HEADER} "
+                     "header and your Anthropic key as x-api-key (or Authorization: Bearer)")
+    # Claude Code names its conversation; a ContextLab session header wins.
+    session_header = contextlab_session or request.headers.get(anthropic_messages.SESSION_ID_HEADER, "").strip()
+    if wire is anthropic_messages.COUNT_TOKENS:
+        return _anthropic_count_tokens(request, provider, api_key, credential)
+    if observe.is_observed(provider):
+        return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key,
+                               body=body, session_header=session_header, wire=wire, credential=credential,
+                               for_server=lambda it: _for_server(request, it))
+    return managed_messages.call(request, owner=user, profile=profile, provider=provider, api_key=api_key,
+                                 body=body, session_header=session_header, credential=credential,
+                                 for_server=lambda it: _for_server(request, it), retry=_is_retry(request))
+
+
+def _anthropic_count_tokens(request: HttpRequest, provider: UpstreamProvider, api_key: str,
+                            credential: credentials.ClientCredential | None) -> HttpResponseBase:
+    """The provider's own count, passed back as it came (Claude's tokenizer is not public)."""
+    wire = anthropic_messages.COUNT_TOKENS
+    try:
+        answer = upstream.client().post(
+            wire.url(provider, request), content=request.body,
+            headers=wire.headers(provider, api_key, credential, request, stream=False),
+            timeout=upstream._timeout(provider))
+    except httpx2.TimeoutException:
+        return anthropic_messages.error_response(504, f"the upstream provider did not answer within "
+                                                      f"{provider.timeout:g} s")
+    except httpx2.RequestError as exc:
+        return anthropic_messages.error_response(502, f"the upstream provider could not be reached: "
+                                                      f"{type(exc).__name__}: {exc}")
+    response = upstream.passthrough(answer, answer.content)
+    for name, value in wire.passed(answer).items():
+        response[name] = value
+    return response
+
+
+@csrf_exempt
+def anthropic_messages_view(request: HttpRequest) -> HttpResponseBase:
+    return _anthropic_call(request, anthropic_messages.MESSAGES)
+
+
+@csrf_exempt
+def anthropic_count_tokens_view(request: HttpRequest) -> HttpResponseBase:
+    return _anthropic_call(request, anthropic_messages.COUNT_TOKENS)

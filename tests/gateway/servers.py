@@ -42,7 +42,7 @@ config = json.loads(sys.argv[1])
 user = User.objects.create_user("agent", "agent@example.org", "pw")
 profile = services.profile_create(owner=user, name="gateway", knobs=config["knobs"])
 UpstreamProvider.objects.create(profile=profile, base_url=config["base_url"], api_key="sk-upstream",
-                                timeout=60)
+                                timeout=60, **config["provider"])
 print(ApiToken.issue(user=user, name="gateway")[1])
 """
 
@@ -76,12 +76,15 @@ def _environment(folder: Path) -> dict[str, str]:
 
 @contextmanager
 def gateway_under_daphne(folder: Path, provider_base_url: str, *, knobs: dict[str, Any] | None = None,
-                         startup_timeout: float = 30.0, server: str = "daphne") -> Iterator[RunningGateway]:
+                         startup_timeout: float = 30.0, server: str = "daphne",
+                         provider: dict[str, Any] | None = None) -> Iterator[RunningGateway]:
     """Seed a database in ``folder``, serve the project under Daphne (or ``server``: "uvicorn",
-    as scripts/start.sh serves it), stop it on exit."""
+    as scripts/start.sh serves it), stop it on exit.
+
+    ``provider``: more fields of the upstream provider row (``kind``, ``mode``, ...)."""
     folder.mkdir(parents=True, exist_ok=True)
     env = _environment(folder)
-    config = json.dumps({"base_url": provider_base_url, "knobs": knobs or {}})
+    config = json.dumps({"base_url": provider_base_url, "knobs": knobs or {}, "provider": provider or {}})
     seeded = subprocess.run([sys.executable, "-c", SEED, config], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=120, check=False)
     if seeded.returncode != 0:

@@ -132,3 +132,15 @@ def test_the_migration_gives_existing_key_variables_the_prefix(small_profile):
     migration.add_prefix(apps, None)  # idempotent
     old.refresh_from_db()
     assert old.api_key_env == "CONTEXTLAB_UPSTREAM_OPENAI_API_KEY"
+
+
+def test_it_sets_a_providers_kind_and_whose_credential_goes_upstream(root, small_profile):
+    response = root.post("/admin/gateway/upstreamprovider/add/", _form(
+        small_profile, base_url="https://api.anthropic.com/v1", kind="anthropic", credential="client",
+        context_edits="engine"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    provider = UpstreamProvider.objects.get()
+    assert (provider.kind, provider.credential, provider.context_edits) == ("anthropic", "client", "engine")
+    assert provider.forwards_client_credential
+    refused = root.post(f"/admin/gateway/upstreamprovider/{provider.pk}/change/", _form(small_profile, kind="grpc"))
+    assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()

@@ -207,6 +207,44 @@ def test_it_refuses_an_unknown_token(gateway_url, responses_upstream, big_profil
     assert raised.value.code == "invalid_api_key"
 
 
+@pytest.mark.parametrize("mode", [UpstreamProvider.Mode.OBSERVE, UpstreamProvider.Mode.MANAGE])
+def test_it_takes_the_contextlab_token_in_the_dedicated_header(gateway_url, alice_token, responses_upstream,
+                                                               big_profile, mode):
+    _route(big_profile, responses_upstream, mode)
+    # Codex's http_headers: the token beside whatever the client sends as its provider key.
+    client = OpenAI(base_url=gateway_url, api_key="sk-users-own", max_retries=0, timeout=30,
+                    default_headers={"X-ContextLab-Token": alice_token})
+    assert client.responses.create(model="gpt-5", input="hi").output_text == "ok"
+    # The provider stores its own key: the client's is not forwarded.
+    assert responses_upstream.posts[0].headers["Authorization"] == "Bearer sk-upstream"
+
+
+@pytest.mark.parametrize("mode", [UpstreamProvider.Mode.OBSERVE, UpstreamProvider.Mode.MANAGE])
+def test_it_forwards_the_clients_own_key_when_the_provider_says_so(gateway_url, alice_token, responses_upstream,
+                                                                   big_profile, mode):
+    provider = _route(big_profile, responses_upstream, mode)
+    provider.credential = UpstreamProvider.Credential.CLIENT
+    provider.save()
+    client = OpenAI(base_url=gateway_url, api_key="sk-users-own", max_retries=0, timeout=30,
+                    default_headers={"X-ContextLab-Token": alice_token})
+    assert client.responses.create(model="gpt-5", input="hi").output_text == "ok"
+    assert responses_upstream.posts[0].headers["Authorization"] == "Bearer sk-users-own"
+    # With the token alone there is no key of the client's to forward: refused before the provider.
+    alone = OpenAI(base_url=gateway_url, api_key=alice_token, max_retries=0, timeout=30)
+    with pytest.raises(openai.AuthenticationError, match="forwards your own provider credential"):
+        alone.responses.create(model="gpt-5", input="hi")
+    assert len(responses_upstream.posts) == 1
+
+
+def test_it_refuses_a_profile_routed_to_an_anthropic_provider(client, responses_upstream, big_profile):
+    provider = _route(big_profile, responses_upstream, UpstreamProvider.Mode.OBSERVE)
+    provider.kind = UpstreamProvider.Kind.ANTHROPIC
+    provider.save()
+    with pytest.raises(openai.BadRequestError, match="/v1/messages"):
+        client.responses.create(model="gpt-5", input="hi")
+    assert not responses_upstream.requests and not ObservedCall.objects.exists()
+
+
 def test_it_sends_a_websocket_attempt_back_to_http(gateway_url, alice_token):
     answer = httpx2.get(f"{gateway_url}/responses", timeout=30, headers={
         "Authorization": f"Bearer {alice_token}", "Connection": "Upgrade", "Upgrade": "websocket",

@@ -1,7 +1,9 @@
-"""One adapter per wire protocol the gateway speaks besides chat completions.
+"""One adapter per wire protocol the gateway speaks besides OpenAI chat completions.
 
-Each adapter holds everything that protocol's shapes mean (requests, answers,
-streamed events, errors, the agents' compaction signatures) and converts a call
-to the chat-completions message shape the shared forward/record/infer core and
-the engine understand. Pure Python: no Django import.
+Each module holds one protocol's knowledge: its request, response and stream
+shapes, its error shape, how its agents compact, and the conversion of its
+conversations to the internal (chat-completions-shaped) messages the engine and
+the observe inference read. Forwarding, recording and inference are the shared
+core's (``contextlab.gateway.observe``, ``services``, ``views``). Pure Python:
+no Django import.
 """
