@@ -25,7 +25,9 @@ SHOW = ("import django, json; django.setup(); from django.conf import settings a
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST", "SECURE_", "SESSION_", "CSRF_", "CONTEXTLAB_HTTPS"))
-           and k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS")}
+           # The browser tests' conftest sets DJANGO_ALLOW_ASYNC_UNSAFE for Playwright; no deployment does.
+           and k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS",
+                         "DJANGO_ALLOW_ASYNC_UNSAFE")}
     env.update({"DJANGO_SETTINGS_MODULE": "contextlab.settings", "CONTEXTLAB_VAR_DIR": str(tmp_path),
                 "SECRET_KEY": secrets.token_urlsafe(50), **extra})
     return env
@@ -77,5 +79,5 @@ def test_the_https_settings_follow_the_mode_and_each_variable(tmp_path):
 def test_the_web_role_listens_where_the_operator_says(tmp_path):
     procfile = (REPO / "Procfile").read_text()
     web = next(line for line in procfile.splitlines() if line.startswith("web:"))
-    assert "-b ${CONTEXTLAB_BIND_ADDRESS:-127.0.0.1}" in web
+    assert "--host ${CONTEXTLAB_BIND_ADDRESS:-127.0.0.1}" in web
     assert "0.0.0.0" not in web
