@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx2
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from contextlab import telemetry
 from contextlab.engine.provider_edits import provider_edits_step
@@ -111,13 +111,8 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
         return _unreachable(exchange, start, 502, f"the upstream provider could not be reached: "
                                                   f"{type(exc).__name__}: {exc}")
     if stream and answer.status_code == 200:
-        streaming = StreamingHttpResponse(for_server(_relay(answer, exchange, start, applied)), status=200,
-                                         content_type=answer.headers.get("content-type", "text/event-stream"))
-        for name, value in WIRE.passed(answer).items():
-            if name.lower() != "content-type":
-                streaming[name] = value
-        streaming["Cache-Control"] = "no-cache"
-        streaming["X-Accel-Buffering"] = "no"
+        streaming = upstream.event_stream(answer, for_server(_relay(answer, exchange, start, applied)),
+                                          WIRE.passed(answer))
         _context_headers(streaming, exchange)
         return streaming
     try:

@@ -32,7 +32,7 @@ import httpx2
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Count, Max, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from contextlab import telemetry
 from contextlab.engine.observe import Observer, RecordedRequest
@@ -262,13 +262,8 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
         return _failed(wire, call, span, start, 502, f"the upstream provider could not be reached: "
                                                f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if stream and answer.status_code == 200:
-        streaming = StreamingHttpResponse(for_server(_relay(wire, answer, call, start, span)), status=200,
-                                         content_type=answer.headers.get("content-type", "text/event-stream"))
-        for name, value in wire.passed(answer).items():
-            if name.lower() != "content-type":
-                streaming[name] = value
-        streaming["Cache-Control"] = "no-cache"
-        streaming["X-Accel-Buffering"] = "no"
+        streaming = upstream.event_stream(answer, for_server(_relay(wire, answer, call, start, span)),
+                                          wire.passed(answer))
         streaming["X-ContextLab-Managed"] = "false"
         return streaming
     try:

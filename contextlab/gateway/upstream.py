@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx2
 import orjson
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
 from contextlab.gateway.models import UpstreamProvider
 
@@ -143,6 +143,25 @@ _SAFE_TYPES = ("application/json", "text/event-stream")
 def safe_content_type(value: str | None) -> bool:
     media = (value or "").split(";", 1)[0].strip().lower()
     return media in _SAFE_TYPES or (media.startswith("application/") and media.endswith("+json"))
+
+
+def event_stream(answer: httpx2.Response, events: Iterator[bytes] | AsyncIterator[bytes],
+                 passed: dict[str, str]) -> StreamingHttpResponse:
+    """A 200 event stream relayed to the client as it arrives, for every protocol and mode.
+
+    The content type is the provider's only when it is JSON or an event stream
+    (never HTML on the dashboard's origin); ``passed`` are the provider's headers
+    the client may use."""
+    declared = answer.headers.get("content-type", "text/event-stream")
+    streaming = StreamingHttpResponse(events, status=200,
+                                      content_type=declared if safe_content_type(declared) else "text/event-stream")
+    for name, value in passed.items():
+        if name.lower() != "content-type":
+            streaming[name] = value
+    streaming["Cache-Control"] = "no-cache"
+    # Proxies such as nginx would otherwise hold the events back.
+    streaming["X-Accel-Buffering"] = "no"
+    return streaming
 
 
 def passthrough(response: httpx2.Response, content: bytes) -> HttpResponse:

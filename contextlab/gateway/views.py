@@ -20,7 +20,7 @@ import httpx2
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from contextlab import ratelimit, telemetry
@@ -173,15 +173,7 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
                                                   f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if exchange.stream and answer.status_code == 200:
         relay = _relay(answer, exchange, start)
-        declared = answer.headers.get("content-type", "text/event-stream")
-        streaming = StreamingHttpResponse(_for_server(request, relay), status=200, content_type=(
-            declared if upstream.safe_content_type(declared) else "text/event-stream"))
-        for name, value in upstream.passed_headers(answer).items():
-            if name.lower() != "content-type":
-                streaming[name] = value
-        streaming["Cache-Control"] = "no-cache"
-        # Proxies such as nginx would otherwise hold the events back.
-        streaming["X-Accel-Buffering"] = "no"
+        streaming = upstream.event_stream(answer, _for_server(request, relay), upstream.passed_headers(answer))
         _context_headers(streaming, exchange)
         _server_timing(streaming, parse=parse_ms, prepare=exchange.prepare_ms)
         return streaming
