@@ -76,17 +76,19 @@ def encode_body(body: dict[str, Any], *, nonfinite: bool = True) -> bytes:
 
 
 def post_chat(provider: UpstreamProvider, api_key: str, body: dict[str, Any], *, stream: bool,
-              trace_headers: dict[str, str] | None = None, nonfinite: bool = True) -> httpx2.Response:
+              trace_headers: dict[str, str] | None = None, nonfinite: bool = True,
+              credential: tuple[str, str] | None = None) -> httpx2.Response:
     """POST the chat completion; with ``stream`` the body is left unread for ``relay``.
 
-    ``nonfinite``: the body may hold NaN or Infinity (see ``encode_body``).
+    ``nonfinite``: the body may hold NaN or Infinity (see ``encode_body``);
+    ``credential``: the client's own (header, value), sent instead of ``api_key``.
     Raises ``httpx2.TimeoutException`` / ``httpx2.TransportError`` when the
     provider cannot be reached or does not answer in time.
     """
     data = encode_body(body, nonfinite=nonfinite)
     http = client()
     # The caller's trace continues upstream (W3C trace context), so the provider's span joins it.
-    headers = {**_headers(provider, api_key, stream=stream), **(trace_headers or {})}
+    headers = {**with_credential(_headers(provider, api_key, stream=stream), credential), **(trace_headers or {})}
     request = http.build_request("POST", provider.chat_url, content=data, headers=headers,
                                  timeout=_timeout(provider))
     return http.send(request, stream=stream)

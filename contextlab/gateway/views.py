@@ -38,6 +38,7 @@ from contextlab.gateway import (
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.gateway.protocols import anthropic_messages, openai_responses
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
+from contextlab.sessions.models import AgentProfile
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +135,11 @@ def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
 def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if request.method != "POST":
         return _method_not_allowed("POST")
-    token = services.token_for(request.headers.get("Authorization", ""))
-    if token is None:
-        return _unauthorized()
-    retry_after = ratelimit.check("gateway", token.key_hash)
-    if retry_after is not None:
-        return _rate_limited(retry_after)
-    user = token.user
+    caller, refusal = _gateway_caller(request)
+    if refusal is not None:
+        return refusal
+    assert caller is not None and caller.token is not None
+    user = caller.token.user
     parsing = time.perf_counter()
     try:
         body = _json_body(request)
@@ -151,9 +150,13 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
         provider, api_key = services.provider_for(profile)
     except GatewayError as exc:
         return _error(exc)
+    credential, refusal = _openai_credential(caller, profile, provider)
+    if refusal is not None:
+        return refusal
     if observe.is_observed(provider):
         return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key, body=body,
-                               session_header=session_header, for_server=lambda it: _for_server(request, it))
+                               session_header=session_header, for_server=lambda it: _for_server(request, it),
+                               credential=credential)
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200],
                                         stream=body.get("stream") is True)
     with telemetry.current(span):
@@ -164,7 +167,8 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     try:
         answer = upstream.post_chat(provider, api_key, exchange.body, stream=exchange.stream,
                                     trace_headers=telemetry.upstream_trace_headers(request.headers, span),
-                                    nonfinite=_may_hold_nonfinite(request.body))
+                                    nonfinite=_may_hold_nonfinite(request.body),
+                                    credential=(credential.header, credential.value) if credential else None)
     except httpx2.TimeoutException as exc:
         return _unreachable(exchange, start, 504, f"the upstream provider did not answer within "
                                                   f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")
@@ -350,7 +354,7 @@ def not_found(request: HttpRequest, rest: str) -> HttpResponse:
 
 
 def _gateway_caller(request: HttpRequest) -> tuple[credentials.Credentials | None, HttpResponse | None]:
-    """Who calls, or the answer that refuses them: the one place a Responses call is authenticated.
+    """Who calls, or the answer that refuses them: the one place an OpenAI-shaped call is authenticated.
 
     The ContextLab token comes as the provider key (``Authorization: Bearer``),
     which is what an unmodified client sends, or in the dedicated header
@@ -362,6 +366,25 @@ def _gateway_caller(request: HttpRequest) -> tuple[credentials.Credentials | Non
     if retry_after is not None:
         return None, _rate_limited(retry_after)
     return caller, None
+
+
+def _openai_credential(caller: credentials.Credentials, profile: AgentProfile, provider: UpstreamProvider,
+                       ) -> tuple[credentials.ClientCredential | None, HttpResponse | None]:
+    """The client's own provider credential when the provider forwards it (else None), or the refusal
+    of a call that an OpenAI-shaped endpoint cannot serve with this provider."""
+    if provider.kind == UpstreamProvider.Kind.ANTHROPIC:
+        return None, upstream.openai_error(
+            400, f"agent profile {profile.name!r} routes to an Anthropic Messages API provider ({provider.base_url}): "
+                 "point this profile's upstream provider at an OpenAI-compatible API (kind: openai) in the admin, "
+                 "or use /v1/messages", code="invalid_request")
+    if not provider.forwards_client_credential:
+        return None, None
+    if caller.provider_credential is None:
+        return None, upstream.openai_error(
+            401, f"agent profile {profile.name!r} forwards your own provider credential, and the request "
+                 f"carries none besides the ContextLab token: send the token in the {credentials.TOKEN_HEADER} "
+                 "header and your provider key as Authorization: Bearer", code="invalid_api_key")
+    return caller.provider_credential, None
 
 
 def _websocket_refused() -> HttpResponse:
@@ -402,19 +425,9 @@ def _responses_call(request: HttpRequest, wire: observe.ResponsesWire) -> HttpRe
         return upstream.openai_error(400, exc.message, code="invalid_request", param=exc.param)
     except GatewayError as exc:
         return _error(exc)
-    if provider.kind == UpstreamProvider.Kind.ANTHROPIC:
-        return upstream.openai_error(
-            400, f"agent profile {profile.name!r} routes to an Anthropic Messages API provider ({provider.base_url}): "
-                 "point this profile's upstream provider at an OpenAI-compatible API (kind: openai) in the admin, "
-                 "or use /v1/messages", code="invalid_request")
-    credential = None
-    if provider.forwards_client_credential:
-        credential = caller.provider_credential
-        if credential is None:
-            return upstream.openai_error(
-                401, f"agent profile {profile.name!r} forwards your own provider credential, and the request "
-                     f"carries none besides the ContextLab token: send the token in the {credentials.TOKEN_HEADER} "
-                     "header and your provider key as Authorization: Bearer", code="invalid_api_key")
+    credential, refusal = _openai_credential(caller, profile, provider)
+    if refusal is not None:
+        return refusal
     compaction = openai_responses.compaction_kind(body, request.headers, endpoint=wire.endpoint)
     kind = f"compaction.{compaction}" if compaction else openai_responses.request_kind(request.headers)
     # The agent's own name for its conversation when it gives one (Codex's thread), before any inference.
