@@ -46,6 +46,8 @@ class Collector:
         self._spans: list[ReceivedSpan] = []
         self._lock = threading.Lock()
         self.requests = 0
+        # (path, headers) of every HTTP export: what a hosted backend would authenticate.
+        self.http_requests: list[tuple[str, dict[str, str]]] = []
 
     def receive(self, payload: trace_service_pb2.ExportTraceServiceRequest, transport: str) -> None:
         received = []
@@ -79,7 +81,10 @@ class Collector:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path != "/v1/traces" or self.headers.get("Content-Type") != "application/x-protobuf":
+                with collector._lock:
+                    collector.http_requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                # A backend may serve OTLP under a prefix of its own (Langfuse: /api/public/otel).
+                if not self.path.endswith("/v1/traces") or self.headers.get("Content-Type") != "application/x-protobuf":
                     self.send_response(404)
                     self.end_headers()
                     return

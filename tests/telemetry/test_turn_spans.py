@@ -93,3 +93,17 @@ def test_a_collector_that_is_down_never_fails_a_turn(alice_session, django_captu
         assert trace["turn"] == 1 and payload
     finally:
         telemetry.disable()
+
+
+def test_it_sends_the_standard_otlp_headers_to_a_backend_under_a_prefix(monkeypatch, collector, alice_session,
+                                                                         django_capture_on_commit_callbacks):
+    # docs/otel.md's Langfuse set-up: OTLP under /api/public/otel, HTTP Basic credentials
+    # from OTEL_EXPORTER_OTLP_HEADERS.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Basic cGs6c2s=")
+    telemetry.configure(collector.http_endpoint + "/api/public/otel")
+    _work(alice_session, 3, django_capture_on_commit_callbacks)
+    assert telemetry.flush()
+    assert collector.spans("contextlab.turn")
+    assert collector.http_requests
+    assert all(path == "/api/public/otel/v1/traces" for path, _ in collector.http_requests)
+    assert all(headers.get("authorization") == "Basic cGs6c2s=" for _, headers in collector.http_requests)
