@@ -67,11 +67,16 @@ def resolve(headers: Mapping[str, str]) -> Credentials:
         sent.append((ClientCredential("Authorization", authorization), _bearer(authorization)))
     dedicated = (headers.get(TOKEN_HEADER) or "").strip()
     if dedicated:
-        token = _token(_bearer(dedicated) or dedicated)
-        return Credentials(token, sent[0][0] if sent else None)
+        dedicated_value = _bearer(dedicated) or dedicated
+        token = _token(dedicated_value)
+        # A client may send its ContextLab token in more than one header: never take it for
+        # the client's own provider key, or the provider would see it.
+        own = [credential for credential, value in sent if value != dedicated_value and _token(value) is None]
+        return Credentials(token, own[0] if own else None)
     for index, (_, value) in enumerate(sent):
         token = _token(value)
         if token is not None:
-            others = [credential for i, (credential, _) in enumerate(sent) if i != index]
+            others = [credential for i, (credential, other) in enumerate(sent)
+                      if i != index and other != value and _token(other) is None]
             return Credentials(token, others[0] if others else None)
     return Credentials(None, sent[0][0] if sent else None)

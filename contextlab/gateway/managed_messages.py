@@ -133,9 +133,8 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
                                    upstream_ms=(time.perf_counter() - start) * 1000)
     if row is not None and not row.error:
         _note_provider_edits(exchange, reply.context_management if reply is not None else None, applied)
-    response = upstream.passthrough(answer, content)
-    for name, value in WIRE.passed(answer).items():
-        response[name] = value
+    response = upstream.passthrough(answer, content, extra=WIRE.passed(answer),
+                                    not_json=wire_protocol.error_response)
     _context_headers(response, exchange)
     return response
 

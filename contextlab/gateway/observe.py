@@ -262,7 +262,7 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
         return _failed(wire, call, span, start, 502, f"the upstream provider could not be reached: "
                                                f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if stream and answer.status_code == 200:
-        streaming = upstream.event_stream(answer, for_server(_relay(wire, answer, call, start, span)),
+        streaming = upstream.event_stream(answer, for_server(_relay(wire, answer, call, start, span, provider)),
                                           wire.passed(answer))
         streaming["X-ContextLab-Managed"] = "false"
         return streaming
@@ -278,9 +278,8 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
         wire.store_reply(call, content)
         telemetry.note_completion(span, content)
     session = _recorded(call, provider, span)
-    response = upstream.passthrough(answer, content)
-    for name, value in wire.passed(answer).items():
-        response[name] = value
+    response = upstream.passthrough(answer, content, extra=wire.passed(answer),
+                                    not_json=lambda status, message: wire.error(status, message, "upstream_not_json"))
     response["X-ContextLab-Managed"] = "false"
     if session is not None:
         response["X-ContextLab-Session"] = str(session.pk)
@@ -334,14 +333,14 @@ def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
     call.reply_tool_calls = calls if isinstance(calls, list) else []
 
 
-def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float, span: Any) -> Iterator[bytes]:
+def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float, span: Any,
+           provider: UpstreamProvider) -> Iterator[bytes]:
     """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
     chunk that ends the stream goes out, so the agent's next call finds it."""
     watcher = wire.watcher()
     pending = b""
     recorded = False
     error = ""
-    provider = _provider_of(call)
     try:
         for chunk in answer.iter_bytes():
             pending += chunk
@@ -368,9 +367,6 @@ def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float
         if tail:
             yield tail
 
-
-def _provider_of(call: ObservedCall) -> UpstreamProvider:
-    return UpstreamProvider.objects.get(profile_id=call.profile_id)
 
 
 def _finish(call: ObservedCall, watcher: Watcher, start: float, error: str, span: Any = None) -> None:

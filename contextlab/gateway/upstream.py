@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -114,8 +114,9 @@ def post(provider: UpstreamProvider, api_key: str, path: str, body: dict[str, An
     return http.send(request, stream=stream)
 
 
-def get(provider: UpstreamProvider, api_key: str, path: str) -> httpx2.Response:
-    headers = _headers(provider, api_key, stream=False)
+def get(provider: UpstreamProvider, api_key: str, path: str, *,
+        credential: tuple[str, str] | None = None) -> httpx2.Response:
+    headers = with_credential(_headers(provider, api_key, stream=False), credential)
     del headers["Content-Type"]
     return client().get(provider.url(path), headers=headers, timeout=_timeout(provider))
 
@@ -166,23 +167,32 @@ def event_stream(answer: httpx2.Response, events: Iterator[bytes] | AsyncIterato
     return streaming
 
 
-def passthrough(response: httpx2.Response, content: bytes) -> HttpResponse:
+def _openai_not_json(status: int, message: str) -> HttpResponse:
+    return openai_error(status, message, type="upstream_error", code="upstream_not_json")
+
+
+def passthrough(response: httpx2.Response, content: bytes, *, extra: dict[str, str] | None = None,
+                not_json: Callable[[int, str], HttpResponse] = _openai_not_json) -> HttpResponse:
     """The provider's answer as it came: status, body bytes and the headers clients use.
 
     A body of any other type than JSON or an event stream comes back as an
-    error in the provider's shape, with the same status, its text inside as data.
+    error in the provider's shape (``not_json``), with the same status, its text
+    inside as data. ``extra``: more of the provider's headers a protocol passes
+    on; never its content type, which only the check above decides.
     """
     passed = passed_headers(response)
+    for name, value in (extra or {}).items():
+        if name.lower() != "content-type":
+            passed[name] = value
     declared = next((value for name, value in passed.items() if name.lower() == "content-type"), None)
     if declared is None and content.lstrip()[:1] in (b"{", b"["):
         # No type given, but JSON by its look: said so, not sniffed by a browser.
         passed["Content-Type"] = declared = "application/json"
     if content and not safe_content_type(declared):
         text = content[:1000].decode("utf-8", "replace")
-        out: HttpResponse = openai_error(
+        out: HttpResponse = not_json(
             response.status_code, f"the upstream provider answered {response.status_code} with a body of type "
-                                   f"{declared or 'unknown'} (not JSON): {text}",
-            type="upstream_error", code="upstream_not_json")
+                                   f"{declared or 'unknown'} (not JSON): {text}")
         for name, value in passed.items():
             if name.lower() != "content-type":
                 out[name] = value

@@ -310,21 +310,23 @@ def _for_server(request: HttpRequest, iterator: Iterator[bytes]) -> Iterator[byt
 def _passthrough_get(request: HttpRequest, path: str) -> HttpResponse:
     if request.method != "GET":
         return _method_not_allowed("GET")
-    token = services.token_for(request.headers.get("Authorization", ""))
-    if token is None:
-        return _unauthorized()
-    retry_after = ratelimit.check("gateway", token.key_hash)
-    if retry_after is not None:
-        return _rate_limited(retry_after)
-    user = token.user
+    caller, refusal = _gateway_caller(request)
+    if refusal is not None:
+        return refusal
+    assert caller is not None and caller.token is not None
     try:
-        profile = services.profile_for(owner=user, session_header=request.headers.get(SESSION_HEADER, "").strip(),
+        profile = services.profile_for(owner=caller.token.user,
+                                       session_header=request.headers.get(SESSION_HEADER, "").strip(),
                                        profile_header=request.headers.get(PROFILE_HEADER, "").strip())
         provider, api_key = services.provider_for(profile)
     except GatewayError as exc:
         return _error(exc)
+    credential, refusal = _openai_credential(caller, profile, provider)
+    if refusal is not None:
+        return refusal
     try:
-        answer = upstream.get(provider, api_key, path)
+        answer = upstream.get(provider, api_key, path,
+                              credential=(credential.header, credential.value) if credential else None)
     except httpx2.TimeoutException:
         return upstream.openai_error(504, f"the upstream provider did not answer within {provider.timeout:g} s",
                                      type="server_error", code="upstream_timeout")
@@ -521,10 +523,8 @@ def _anthropic_count_tokens(request: HttpRequest, provider: UpstreamProvider, ap
     except httpx2.RequestError as exc:
         return anthropic_messages.error_response(502, f"the upstream provider could not be reached: "
                                                       f"{type(exc).__name__}: {exc}")
-    response = upstream.passthrough(answer, answer.content)
-    for name, value in wire.passed(answer).items():
-        response[name] = value
-    return response
+    return upstream.passthrough(answer, answer.content, extra=wire.passed(answer),
+                                not_json=anthropic_messages.error_response)
 
 
 @csrf_exempt

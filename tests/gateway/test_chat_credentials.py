@@ -54,3 +54,49 @@ def test_it_refuses_a_profile_routed_to_an_anthropic_provider(gateway_url, alice
     with pytest.raises(openai.BadRequestError, match="/v1/messages"):
         _client(gateway_url, alice_token).chat.completions.create(model="gpt-4o", messages=ASK)
     assert not provider.requests
+
+
+# -- the token is never taken for the client's own provider key ---------------------------------
+
+@pytest.mark.parametrize("headers", [
+    {"X-ContextLab-Token": "{token}", "Authorization": "Bearer {token}"},
+    {"x-api-key": "{token}", "Authorization": "Bearer {token}"},
+    {"X-ContextLab-Token": "{token}", "x-api-key": "{token}"},
+])
+def test_it_never_forwards_the_token_sent_twice(alice_token, headers):
+    from contextlab.gateway import credentials
+
+    resolved = credentials.resolve({k: v.format(token=alice_token) for k, v in headers.items()})
+    assert resolved.token is not None
+    assert resolved.provider_credential is None
+
+
+def test_it_forwards_the_clients_key_sent_beside_the_token(alice_token):
+    from contextlab.gateway import credentials
+
+    resolved = credentials.resolve({"X-ContextLab-Token": alice_token, "x-api-key": alice_token,
+                                    "Authorization": "Bearer sk-users-own"})
+    assert resolved.provider_credential is not None
+    assert resolved.provider_credential.value == "Bearer sk-users-own"
+
+
+# -- /v1/models takes the token as the other endpoints do ---------------------------------------
+
+def test_it_lists_models_with_the_token_in_the_dedicated_header(gateway_url, alice_token, upstream,
+                                                                provider: Provider):
+    upstream.credential = UpstreamProvider.Credential.CLIENT
+    upstream.save()
+    _client(gateway_url, "sk-users-own", alice_token).models.list()
+    assert provider.requests[-1].headers["authorization"] == "Bearer sk-users-own"
+
+
+def test_it_never_serves_a_protocols_extra_content_type():
+    import httpx2
+
+    from contextlab.gateway import upstream as gateway_upstream
+
+    answer = httpx2.Response(200, headers={"content-type": "text/html"}, content=b"<script>alert(1)</script>")
+    response = gateway_upstream.passthrough(answer, answer.content, extra={"Content-Type": "text/html",
+                                                                          "request-id": "req_1"})
+    assert response["Content-Type"] == "application/json"
+    assert response["request-id"] == "req_1"
