@@ -212,7 +212,7 @@ SERVERS: dict[str, Callable[[int], list[str]]] = {
     "daphne": lambda port: [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
                             "contextlab.asgi:application"],
     "uvicorn": lambda port: [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
-                             "--loop", "uvloop", "--http", "httptools", "--ws", "websockets", "--lifespan", "off",
+                             "--loop", "uvloop", "--http", "contextlab.core.uvicorn_http:HeaderTimeoutHttpTools", "--ws", "websockets", "--lifespan", "off",
                              "--no-access-log", "--log-level", "warning", "contextlab.asgi:application"],
     "hypercorn": lambda port: [sys.executable, "-m", "hypercorn", "-b", f"127.0.0.1:{port}",
                                "contextlab.asgi:application"],

@@ -30,5 +30,5 @@ fi
 # uvicorn with uvloop and httptools: of the ASGI servers measured (daphne, uvicorn,
 # granian, hypercorn; benchmarks/gateway_vs_litellm.py --server), the one that
 # spends the least per request; Channels' websockets run on it as on daphne.
-exec .venv/bin/uvicorn --host 127.0.0.1 --port "$PORT" --loop uvloop --http httptools --ws websockets \
+exec .venv/bin/uvicorn --host 127.0.0.1 --port "$PORT" --loop uvloop --http contextlab.core.uvicorn_http:HeaderTimeoutHttpTools --ws websockets \
   --lifespan off --no-access-log contextlab.asgi:application

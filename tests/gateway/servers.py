@@ -99,7 +99,7 @@ def gateway_under_daphne(folder: Path, provider_base_url: str, *, knobs: dict[st
     log = (folder / "daphne.log").open("wb")
     command = {
         "daphne": ["daphne", "--fd", str(listener.fileno()), "-v", "1"],
-        "uvicorn": ["uvicorn", "--fd", str(listener.fileno()), "--loop", "uvloop", "--http", "httptools",
+        "uvicorn": ["uvicorn", "--fd", str(listener.fileno()), "--loop", "uvloop", "--http", "contextlab.core.uvicorn_http:HeaderTimeoutHttpTools",
                     "--ws", "websockets", "--lifespan", "off", "--no-access-log"],
     }[server]
     process = subprocess.Popen(

@@ -198,7 +198,7 @@ class Deployment:
         port = free_port()
         # Served as scripts/start.sh and the Procfile serve it.
         process = self._start(name, [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
-                                     "--loop", "uvloop", "--http", "httptools", "--ws", "websockets",
+                                     "--loop", "uvloop", "--http", "contextlab.core.uvicorn_http:HeaderTimeoutHttpTools", "--ws", "websockets",
                                      "--lifespan", "off", "--no-access-log", app])
         process.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout
