@@ -134,6 +134,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
                           "PRAGMA synchronous = NORMAL;"),
          "transaction_mode": "IMMEDIATE"}
     )
+    # Tests use an in-memory database, as Django's default for SQLite does. Said
+    # explicitly because the backend is ours: pytest-xdist would otherwise name
+    # each worker's test database after the file path of the real one.
+    DATABASES["default"]["TEST"] = {"NAME": ":memory:"}
 
 # Several processes on a shared database or Redis (scaled mode) must share one
 # key, which only the operator can give them; an install on SQLite makes its own.
@@ -239,6 +243,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Every key the broker writes starts with this prefix, so two deployments (or two
 # test runs) can share one Redis without taking each other's jobs.
 REDIS_PREFIX = os.getenv("CONTEXTLAB_REDIS_PREFIX", "")
+if os.getenv("PYTEST_XDIST_WORKER"):
+    # Parallel test workers share one Redis but each has its own database, so
+    # their session ids, rate-limit keys and jobs would meet: one prefix each.
+    REDIS_PREFIX = f"{REDIS_PREFIX}{os.environ['PYTEST_XDIST_WORKER']}:"
 if REDIS_PREFIX:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": REDIS_PREFIX}
 if REDIS_URL:

@@ -37,8 +37,13 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy contextlab
 
+# Both runs spread the tests over one worker per core (pytest-xdist): each
+# worker has its own test database and its own Redis key prefix.
+# CONTEXTLAB_TEST_WORKERS=0 runs them in this one process.
+workers="${CONTEXTLAB_TEST_WORKERS:-auto}"
+
 echo "== pytest (embedded mode: SQLite; with the real_llm tests)"
-CONTEXTLAB_REAL_LLM_TESTS=1 .venv/bin/python -m pytest -q "$@"
+CONTEXTLAB_REAL_LLM_TESTS=1 .venv/bin/python -m pytest -q -n "$workers" "$@"
 echo "== the background install of the real LLM server said:"
 wait "$real_llm_installer" || true
 cat var/install_real_llm.log
@@ -50,5 +55,5 @@ DATABASE_URL="${CONTEXTLAB_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432
 REDIS_URL="${CONTEXTLAB_TEST_REDIS_URL:-redis://127.0.0.1:6379/14}" \
 CONTEXTLAB_REDIS_PREFIX="contextlab-ci-$$:" \
 CONTEXTLAB_SCALED_TESTS=1 \
-  .venv/bin/python -m pytest -q tests/sessions tests/api tests/jobs tests/scaled tests/gateway tests/insights \
+  .venv/bin/python -m pytest -q -n "$workers" --dist loadfile tests/sessions tests/api tests/jobs tests/scaled tests/gateway tests/insights \
   tests/dashboard tests/observed tests/security "$@"

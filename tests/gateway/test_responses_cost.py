@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -12,6 +13,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from contextlab.gateway import lookups
+from contextlab.gateway import services as gateway_services
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.sessions import services
 from tests.gateway.provider import Answer, Provider
@@ -60,7 +63,12 @@ def _next_message(body: dict[str, Any]) -> None:
     messages.append({"role": "user", "content": f"Next ({len(messages)})."})
 
 
-def test_it_records_a_responses_call_in_the_statements_of_a_chat_completion(alice: User, alice_token: str):
+def test_it_records_a_responses_call_in_the_statements_of_a_chat_completion(alice: User, alice_token: str,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    # What a call costs, not when the caches expire: on a busy machine a call can outlast the
+    # lookups' lifetime or the token's last-used resolution, and add their statements to one side.
+    monkeypatch.setattr(lookups, "TTL", 3600.0)
+    monkeypatch.setattr(gateway_services, "LAST_USED_RESOLUTION", datetime.timedelta(days=1))
     responses_profile = services.profile_create(owner=alice, name="responses", knobs={"max_input_length": 10_000_000})
     chat_profile = services.profile_create(owner=alice, name="chat", knobs={"max_input_length": 10_000_000})
     client = Client()
