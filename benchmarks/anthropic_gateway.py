@@ -1,10 +1,12 @@
-"""What the gateway adds to an Anthropic Messages call, against a chat completion of the same conversation.
+"""What the gateway adds to an Anthropic Messages call and to a Responses API call, against a chat
+completion of the same conversation.
 
-Two gateways under Daphne (ASGI, as deployed), one in front of a local
-OpenAI-compatible provider, one in front of a local Anthropic provider, each
-with its own SQLite database, in ``manage`` or ``observe`` mode. For each size
-(100 and 1,000 content blocks: text messages alternating user/assistant), one
-conversation per protocol is brought to that size, then every round sends the
+Three gateways under Daphne (ASGI, as deployed), in front of a local
+OpenAI-compatible provider, a local Anthropic provider and a local Responses
+API provider, each with its own SQLite database, in ``manage`` or ``observe``
+mode. For each size (100 and 1,000 content blocks or items: text messages
+alternating user/assistant), one conversation per protocol is brought to that
+size, then every round sends the
 same conversation, one user message and one reply longer, straight to each
 provider and through each gateway, in rotating order, with the same plain HTTP
 client. Printed per size and protocol: p50/p95 of the gateway call minus the
@@ -31,6 +33,8 @@ import httpx2  # noqa: E402
 
 from tests.gateway.anthropic_provider import AnthropicProvider, text  # noqa: E402
 from tests.gateway.provider import Answer, Provider  # noqa: E402
+from tests.gateway.responses_upstream import Reply, ResponsesUpstream  # noqa: E402
+from tests.gateway.responses_upstream import text as output_text  # noqa: E402
 from tests.gateway.servers import gateway_under_daphne  # noqa: E402
 
 SIZES = (100, 1_000)
@@ -53,6 +57,14 @@ def _anthropic(texts: list[tuple[str, str]]) -> dict[str, Any]:
             "messages": [{"role": r, "content": [{"type": "text", "text": t}]} for r, t in texts]}
 
 
+def _responses(texts: list[tuple[str, str]], key: str) -> dict[str, Any]:
+    # Named as Codex names its conversation (``prompt_cache_key``), sent whole as Codex sends it.
+    return {"model": "gpt-5", "instructions": SYSTEM, "store": False, "prompt_cache_key": key,
+            "input": [{"role": "user", "content": t} if r == "user" else
+                      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]}
+                      for r, t in texts]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=15)
@@ -60,10 +72,13 @@ def main() -> None:
     args = parser.parse_args()
     knobs = {"max_input_length": 10_000_000}
     with tempfile.TemporaryDirectory() as folder, Provider() as chat_provider, AnthropicProvider() as claude, \
+            ResponsesUpstream(lambda request: Reply([output_text(REPLY)])) as responses, \
             gateway_under_daphne(Path(folder) / "chat", chat_provider.base_url, knobs=knobs,
                                  provider={"mode": args.mode}) as chat_gateway, \
             gateway_under_daphne(Path(folder) / "anthropic", claude.base_url, knobs=knobs,
-                                 provider={"mode": args.mode, "kind": "anthropic"}) as claude_gateway:
+                                 provider={"mode": args.mode, "kind": "anthropic"}) as claude_gateway, \
+            gateway_under_daphne(Path(folder) / "responses", responses.base_url, knobs=knobs,
+                                 provider={"mode": args.mode}) as responses_gateway:
         chat_provider.responder = lambda body: Answer(REPLY)
         claude.brain = lambda body: text(REPLY)
         http = httpx2.Client(timeout=120)
@@ -74,15 +89,21 @@ def main() -> None:
                           {"x-api-key": "sk-direct"},
                           # Claude Code names its conversation in this header on every call.
                           {"x-api-key": claude_gateway.token, "X-Claude-Code-Session-Id": "bench"}),
+            "responses": (f"{responses.base_url}/responses", f"{responses_gateway.url}/responses",
+                          {"Authorization": "Bearer sk-direct"},
+                          {"Authorization": f"Bearer {responses_gateway.token}"}),
         }
         print(f"mode {args.mode}, {args.rounds} rounds; what the gateway adds (gateway − direct), ms")
         for size in SIZES:
             targets["anthropic"][3]["X-Claude-Code-Session-Id"] = f"bench-{size}"
             texts = [*_texts(size - 1), ("user", "Go on.")]
-            added: dict[str, list[float]] = {"chat": [], "anthropic": []}
+            added: dict[str, list[float]] = {"chat": [], "anthropic": [], "responses": []}
             for round_number in range(args.rounds + 1):
-                bodies = {"chat": _chat(texts), "anthropic": _anthropic(texts)}
-                order = ["chat", "anthropic"] if round_number % 2 else ["anthropic", "chat"]
+                bodies = {"chat": _chat(texts), "anthropic": _anthropic(texts),
+                          "responses": _responses(texts, f"bench-{size}")}
+                # Rotating order: no protocol always runs right after another's write.
+                order = ["chat", "anthropic", "responses"]
+                order = order[round_number % 3:] + order[:round_number % 3]
                 for protocol in order:
                     direct_url, gateway_url, direct_headers, gateway_headers = targets[protocol]
                     timings = []

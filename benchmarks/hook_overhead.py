@@ -25,10 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock  # noqa: E402
+from contextlab.engine.core.profile import Profile  # noqa: E402
+from contextlab.engine.core.tokens import TiktokenCounter, get_encoding  # noqa: E402
 from contextlab.engine.hook import ContextManager  # noqa: E402
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock  # noqa: E402
-from contextlab.engine.profile import Profile  # noqa: E402
-from contextlab.engine.tokens import TiktokenCounter, get_encoding  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpus" / "raw"
 

@@ -43,7 +43,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 from tests.scaled.deployment import Deployment, Unavailable, ws_url  # noqa: E402
 
 WARMUP_POSTS = 5
-# Longer than the coalescing interval (contextlab.live.COALESCE_SECONDS). The
+# Longer than the coalescing interval (contextlab.support.live.COALESCE_SECONDS). The
 # page renders before it pushes, so posts closer than a render would merge.
 GAP_SECONDS = {"probe": 0.15, "page": 0.3}
 # After the last post: how long the viewers wait for stragglers.

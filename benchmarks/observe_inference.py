@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from contextlab.engine import observe  # noqa: E402
-from contextlab.engine.tokens import TiktokenCounter  # noqa: E402
+from contextlab.engine.core.tokens import TiktokenCounter  # noqa: E402
+from contextlab.engine.observe import inference as observe  # noqa: E402
 
 
 def one_pass(requests: list[observe.RecordedRequest], counter: TiktokenCounter | None) -> float:

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.hook_overhead import build, synthetic_round  # noqa: E402
-from contextlab import telemetry  # noqa: E402
+from contextlab.support import telemetry  # noqa: E402
 from tests.telemetry.collector import Collector  # noqa: E402
 
 

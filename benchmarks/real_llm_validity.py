@@ -30,11 +30,11 @@ import install_real_llm  # noqa: E402
 
 from contextlab.engine.compactors.base import SummaryFailed, SummaryRequest  # noqa: E402
 from contextlab.engine.compactors.openai_compat import OpenAICompactor  # noqa: E402
+from contextlab.engine.core.messages import Message  # noqa: E402
+from contextlab.engine.core.profile import CONSTRAINED_OUTPUTS  # noqa: E402
+from contextlab.engine.core.tokens import TiktokenCounter  # noqa: E402
 from contextlab.engine.importers import load_transcript  # noqa: E402
-from contextlab.engine.messages import Message  # noqa: E402
-from contextlab.engine.profile import CONSTRAINED_OUTPUTS  # noqa: E402
-from contextlab.engine.tokens import TiktokenCounter  # noqa: E402
-from contextlab.engine.validity import check_summary  # noqa: E402
+from contextlab.engine.stages.summary.validity import check_summary  # noqa: E402
 from tests.corpus import TRANSCRIPTS, corpus_path  # noqa: E402
 from tests.real_llm.server import LlamaServer, RecordingProxy  # noqa: E402
 

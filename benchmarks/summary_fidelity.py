@@ -1,6 +1,6 @@
 """How many identifiers the summaries keep, on every corpus transcript.
 
-Identifiers are what ``contextlab.engine.identifiers.extract_identifiers``
+Identifiers are what ``contextlab.engine.stages.summary.identifiers.extract_identifiers``
 finds (paths, commands, symbols, error names, numbers with units, in user
 text, assistant text and short tool-call arguments; its docstring is the
 definition). For every compaction of a replay (``contextlab`` policy, the
@@ -44,7 +44,11 @@ sys.path.insert(0, str(REPO))
 
 from contextlab.engine.compactors.base import SummaryRequest  # noqa: E402
 from contextlab.engine.compactors.extractive import ExtractiveCompactor  # noqa: E402
-from contextlab.engine.identifiers import (  # noqa: E402
+from contextlab.engine.core.messages import Message, TextBlock  # noqa: E402
+from contextlab.engine.core.profile import Profile  # noqa: E402
+from contextlab.engine.importers import load_transcript  # noqa: E402
+from contextlab.engine.replay.transcript import replay_transcript  # noqa: E402
+from contextlab.engine.stages.summary.identifiers import (  # noqa: E402
     INDEX_FILE,
     KINDS,
     base_name_kept,
@@ -54,10 +58,6 @@ from contextlab.engine.identifiers import (  # noqa: E402
     line_chars_for_window,
     normalize,
 )
-from contextlab.engine.importers import load_transcript  # noqa: E402
-from contextlab.engine.messages import Message, TextBlock  # noqa: E402
-from contextlab.engine.profile import Profile  # noqa: E402
-from contextlab.engine.replay import replay_transcript  # noqa: E402
 from tests.corpus import CORPUS, TRANSCRIPTS  # noqa: E402
 
 WINDOWS = (8_000, 16_000, 32_000)

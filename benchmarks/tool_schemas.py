@@ -3,7 +3,7 @@
 Two parts:
 
 1. **CoPaw 1.0.2 requests** (the shared corpus' ``copaw-1.0.2/requests``): per
-   distinct tool set, the layer as ``contextlab.engine.schemas`` counts it
+   distinct tool set, the layer as ``contextlab.engine.core.schemas`` counts it
    (OpenAI's per-item formula, o200k_base) beside the tokens of the same
    definitions as plain JSON and the messages' own count, to show what a
    messages-only count misses. These requests carry no provider usage (the run
@@ -32,10 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from contextlab.engine.convert.openai import from_openai  # noqa: E402
+from contextlab.engine.core.messages import Message  # noqa: E402
+from contextlab.engine.core.schemas import tool_tokens  # noqa: E402
+from contextlab.engine.core.tokens import REPLY_PRIMING_TOKENS, TiktokenCounter, resolve_encoding_name  # noqa: E402
 from contextlab.engine.importers import load_transcript  # noqa: E402
-from contextlab.engine.messages import Message  # noqa: E402
-from contextlab.engine.schemas import tool_tokens  # noqa: E402
-from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, TiktokenCounter, resolve_encoding_name  # noqa: E402
 from tests.corpus import SHARED, corpus_path  # noqa: E402
 
 REQUESTS = SHARED / "corpus" / "copaw-1.0.2" / "requests"

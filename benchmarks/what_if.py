@@ -2,7 +2,7 @@
 
 A what-if replays a session's messages turn by turn on a fresh engine in a
 temporary folder, with the extractive compactor (no model call). This times
-that replay (``contextlab.engine.whatif.replay_by_turn``) on corpus
+that replay (``contextlab.engine.replay.whatif.replay_by_turn``) on corpus
 transcripts cut into turns before each assistant message, as a recorded
 session's turns are, at an 8,000-token window, and prints turns, compactions
 and milliseconds per turn. The web job adds reading the rows and the loss
@@ -22,11 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from contextlab.engine.compactors.extractive import ExtractiveCompactor  # noqa: E402
+from contextlab.engine.core.messages import Message  # noqa: E402
+from contextlab.engine.core.profile import Profile  # noqa: E402
 from contextlab.engine.hook import ContextManager  # noqa: E402
 from contextlab.engine.importers import load_transcript  # noqa: E402
-from contextlab.engine.messages import Message  # noqa: E402
-from contextlab.engine.profile import Profile  # noqa: E402
-from contextlab.engine.whatif import TurnInput, replay_by_turn  # noqa: E402
+from contextlab.engine.replay.whatif import TurnInput, replay_by_turn  # noqa: E402
 from tests.corpus import corpus_path  # noqa: E402
 
 MAX_TURNS = 200

@@ -31,6 +31,6 @@ application = ProtocolTypeRouter(
 # server process, rather than in AppConfig.ready (which every management
 # command runs too). A no-op in scaled mode, where `celery worker` and
 # `celery beat` are processes of their own.
-from contextlab.jobs import start_embedded  # noqa: E402
+from contextlab.support.jobs import start_embedded  # noqa: E402
 
 start_embedded()

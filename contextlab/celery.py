@@ -2,7 +2,7 @@
 
 Configured from the Django settings (the ``CELERY_*`` names); tasks are found
 in each app's ``tasks.py``. In embedded mode no worker process exists: the web
-process runs the same tasks through ``contextlab.jobs``.
+process runs the same tasks through ``contextlab.support.jobs``.
 """
 
 from __future__ import annotations

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
-from contextlab.engine.errors import ContextLabError, MalformedInput
-from contextlab.engine.profile import Profile
+from contextlab.engine.core.errors import ContextLabError, MalformedInput
+from contextlab.engine.core.profile import Profile
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,7 +87,7 @@ def run_import_requests(args: argparse.Namespace) -> int:
         opened_folder,
         read_request_folder,
     )
-    from contextlab.engine.observe import render_requests_report, requests_report
+    from contextlab.engine.observe.inference import render_requests_report, requests_report
 
     with opened_folder(args.folder, REQUEST_MARKERS) as folder:
         inner = folder / "requests" if (folder / "requests").is_dir() else folder
@@ -97,13 +98,16 @@ def run_import_requests(args: argparse.Namespace) -> int:
 
 def run_import_otlp(args: argparse.Namespace) -> int:
     from contextlab.engine.importers.copaw_workspace import observe_requests
-    from contextlab.engine.observe import load_recorded_request, render_requests_report, requests_report
-    from contextlab.engine.otlp import iter_requests
+    from contextlab.engine.observe.inference import (
+        load_recorded_request,
+        render_requests_report,
+        requests_report,
+    )
+    from contextlab.engine.observe.otlp import file_requests
 
-    with open(args.trace, encoding="utf-8") as fh:
-        text = fh.read()
     try:
-        records = list(iter_requests(text))
+        with open(args.trace, "rb") as fh:
+            records, _ = file_requests(fh, os.fstat(fh.fileno()).st_size)
     except ValueError as exc:
         raise MalformedInput(f"{args.trace} is not an OTLP JSON trace export: {exc}") from exc
     if not records:
@@ -121,7 +125,7 @@ def _profile(args: argparse.Namespace) -> Profile:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from contextlab.engine.compare import compare_policies, render
+    from contextlab.engine.replay.compare import compare_policies, render
 
     profile = _profile(args)
     results = compare_policies(args.transcript, args.out, profile=profile)
@@ -130,7 +134,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from contextlab.engine.replay import replay_transcript
+    from contextlab.engine.replay.transcript import replay_transcript
 
     profile = _profile(args)
     changes: dict[str, object] = {}

@@ -220,7 +220,7 @@ else:
 
 # -- background jobs (Celery) --------------------------------------------------------------
 # Embedded mode (no REDIS_URL): no broker process. A job runs on a small thread
-# pool inside the web process (contextlab.jobs.enqueue) and the beat scheduler is
+# pool inside the web process (contextlab.support.jobs.enqueue) and the beat scheduler is
 # a thread of that process (started from contextlab/asgi.py), so what they
 # publish reaches the in-memory channel layer, which exists only in that process.
 # Scaled mode (REDIS_URL and DATABASE_URL): Redis is the broker; `celery worker`
@@ -235,7 +235,7 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_DEFAULT_QUEUE = os.getenv("CONTEXTLAB_CELERY_QUEUE", "contextlab")
 # Acknowledge a job when it ends, not when it starts: when the process running
 # it dies, Redis still holds it and it is run again. The run row and a database
-# lock (contextlab.jobs.hold_run) make a second run of the same job safe.
+# lock (contextlab.support.jobs.hold_run) make a second run of the same job safe.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -295,7 +295,7 @@ CONTEXTLAB_EMBEDDED_BEAT = envbool("CONTEXTLAB_EMBEDDED_BEAT", "false" if os.get
 
 # The upstream providers a profile may send its summaries to, as JSON:
 # {"openai": {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}}.
-# Users choose among these names; URLs and key variables are the operator's (contextlab.providers).
+# Users choose among these names; URLs and key variables are the operator's (contextlab.support.providers).
 CONTEXTLAB_PROVIDERS = os.getenv("CONTEXTLAB_PROVIDERS", "")
 
 # Requests per API token: "REQUESTS/SECONDS", or "0" for no limit. Generous by

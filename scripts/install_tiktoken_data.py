@@ -11,7 +11,7 @@ expects before it is written.
 
 The files are stored under tiktoken's cache-key names (the sha1 of the blob
 URL), so pointing ``TIKTOKEN_CACHE_DIR`` at the destination is all tiktoken
-needs; ``contextlab.engine.tokens`` does that.
+needs; ``contextlab.engine.core.tokens`` does that.
 
 Usage::
 
@@ -37,7 +37,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# Keep in sync with contextlab/engine/tokens.py (a test compares them). They are
+# Keep in sync with contextlab/engine/core/tokens.py (a test compares them). They are
 # repeated here because this script must run before the package is importable.
 LITELLM_VERSION = "1.110.2"
 # The exact wheel the members below were measured in. Asking pip for it

@@ -52,7 +52,7 @@ def many_codes(count: int = 120) -> dict[str, Any]:
 def lose_the_index(session: Any) -> None:
     """Delete the session's identifier index and check every summary version again: what only
     the index held is lost (the check reads what the model could read again)."""
-    from contextlab.engine.identifiers import INDEX_FILE
+    from contextlab.engine.stages.summary.identifiers import INDEX_FILE
     from contextlab.sessions import loss_records
 
     (session.workspace / INDEX_FILE).unlink()

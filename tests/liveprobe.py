@@ -16,7 +16,7 @@ from channels.routing import URLRouter
 from django.urls import path
 
 from contextlab.asgi import application as deployed
-from contextlab.live import remember_loop, session_group
+from contextlab.support.live import remember_loop, session_group
 
 
 class ProbeConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]

@@ -217,10 +217,10 @@ def test_it_reads_function_level_relative_and_type_checking_imports() -> None:
     tree = ast.parse(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from contextlab.engine.hook import ContextManager\n"
-        "def later():\n    from . import profile\n    import contextlab.engine.tokens\n"
+        "def later():\n    from ..core import profile\n    import contextlab.engine.core.tokens\n"
     )
-    found = {_known(name) for name in imported_names(tree, "contextlab.engine.policy")}
-    assert {"contextlab.engine.hook", "contextlab.engine.profile", "contextlab.engine.tokens"} <= found
+    found = {_known(name) for name in imported_names(tree, "contextlab.engine.policies.base")}
+    assert {"contextlab.engine.hook", "contextlab.engine.core.profile", "contextlab.engine.core.tokens"} <= found
 
 
 def test_it_sees_the_whole_package() -> None:
@@ -249,6 +249,37 @@ def test_it_keeps_the_engine_on_its_own_ground() -> None:
     outside = _outside(ENGINE, (ENGINE,))
     assert not outside, "the engine imports the rest of contextlab:\n" + "\n".join(outside)
     assert not _on_web_stack(ENGINE), f"the engine imports the web stack: {_on_web_stack(ENGINE)}"
+
+
+# The engine's top level: its packages, and the hook as the table of contents of a turn.
+ENGINE_TOP_LEVEL = {"contextlab.engine.hook"}
+# The package's top level: the entry points users type (the ``contextlab`` command, the
+# client an agent vendors) and the wiring Django and Celery look for by name.
+TOP_LEVEL = {"contextlab.__main__", "contextlab.asgi", "contextlab.celery", "contextlab.cli", "contextlab.client",
+             "contextlab.settings", "contextlab.urls", "contextlab.wsgi"}
+
+
+def _loose_modules(package: str) -> set[str]:
+    """The modules directly in ``package`` that are not packages themselves."""
+    depth = package.count(".") + 1
+    return {name for name, path in modules().items()
+            if name.startswith(package + ".") and name.count(".") == depth and path.name != "__init__.py"}
+
+
+def test_it_keeps_the_engine_top_level_to_its_packages_and_the_hook() -> None:
+    loose = sorted(_loose_modules(ENGINE) - ENGINE_TOP_LEVEL)
+    assert not loose, f"modules loose at the engine's top level (put each in its package): {loose}"
+
+
+def test_it_keeps_the_top_level_to_entry_points_and_wiring() -> None:
+    loose = sorted(_loose_modules(PACKAGE) - TOP_LEVEL)
+    assert not loose, f"modules loose at the top of contextlab (support/ or their app): {loose}"
+
+
+def test_it_keeps_the_engine_core_below_the_rest_of_the_engine() -> None:
+    core = f"{ENGINE}.core"
+    outside = _outside(core, (core,))
+    assert not outside, "engine/core imports the rest of the engine:\n" + "\n".join(outside)
 
 
 def test_it_keeps_lib_pure() -> None:

@@ -21,16 +21,17 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.timezone import now
 
-from contextlab import ratelimit
 from contextlab.api.models import ApiToken, hash_token
-from contextlab.engine.errors import (
+from contextlab.engine.core.errors import (
     CompactorFailed,
     ContextLabError,
+    InputTooLarge,
     InvalidProfile,
     TokenizerUnavailable,
 )
-from contextlab.engine.unicode import first_unencodable
-from contextlab.sessions.services import PayloadTooLarge, SessionUnavailable
+from contextlab.engine.core.unicode import first_unencodable
+from contextlab.sessions.services import SessionUnavailable
+from contextlab.support import ratelimit
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def error(status: int, message: str, field: str | None = None, **extra: Any) -> 
 
 
 def _status_for(exc: ContextLabError) -> int:
-    if isinstance(exc, PayloadTooLarge):
+    if isinstance(exc, InputTooLarge):
         return 413
     if isinstance(exc, InvalidProfile):
         return 422

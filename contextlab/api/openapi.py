@@ -17,12 +17,11 @@ from typing import Any
 from django.db import models
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from contextlab import providers
-from contextlab.engine.identifiers import KINDS as IDENTIFIER_KINDS
-from contextlab.engine.messages import ROLES
-from contextlab.engine.pins import MAX_FACT_CHARS
-from contextlab.engine.profile import BOUNDS, POLICIES, known_timezones
-from contextlab.engine.trace import OUTCOMES
+from contextlab.engine.core.messages import ROLES
+from contextlab.engine.core.profile import BOUNDS, POLICIES, known_timezones
+from contextlab.engine.core.trace import OUTCOMES
+from contextlab.engine.memory.pins import MAX_FACT_CHARS
+from contextlab.engine.stages.summary.identifiers import KINDS as IDENTIFIER_KINDS
 from contextlab.insights.services import MAX_QUERY_CHARS, MAX_RECALL_LIMIT
 from contextlab.sessions.models import (
     LIST_KNOBS,
@@ -33,6 +32,7 @@ from contextlab.sessions.models import (
     SessionMessage,
 )
 from contextlab.sessions.services.inputs import MAX_INSTRUCTION_LENGTH, MAX_TITLE_LENGTH
+from contextlab.support import providers
 
 
 def _enum(values: Any) -> dict[str, Any]:

@@ -31,8 +31,8 @@ from contextlab.api.openapi import (
     YES,
     schema,
 )
-from contextlab.engine.errors import InvalidProfile
-from contextlab.engine.pins import MAX_FACT_CHARS
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.memory.pins import MAX_FACT_CHARS
 from contextlab.sessions import loss_records, services
 from contextlab.sessions.models import AgentProfile, AgentSession, CompactionRun, Turn
 from contextlab.sessions.services.inputs import MAX_INSTRUCTION_LENGTH

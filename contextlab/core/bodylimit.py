@@ -40,6 +40,21 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]
 
 _BODY = json.dumps({"error": "the request body is larger than this server accepts", "field": "body"}).encode()
+# The 413 body of views whose clients read errors in a wire protocol's own shape (an agent's
+# SDK shows the message only from there), by URL name; the app that serves them fills it in
+# (the gateway's protocol adapters), so this module knows no protocol.
+REFUSAL_BODIES: dict[str, bytes] = {}
+
+
+def refusal_body(path: str) -> bytes:
+    """The 413 body for a request to ``path``: its view's own shape, or ContextLab's."""
+    if not REFUSAL_BODIES:
+        return _BODY
+    try:
+        name = resolve(path).url_name
+    except Resolver404:
+        return _BODY
+    return REFUSAL_BODIES.get(name or "", _BODY)
 
 
 # The views that take a file upload (multipart, outside DATA_UPLOAD_MAX_MEMORY_SIZE).
@@ -149,7 +164,7 @@ class BodyLimitMiddleware:
             limit = await sync_to_async(request_limit)(str(scope.get("path") or ""), headers)
         declared = declared_length(headers)
         if declared is not None and declared > limit:
-            await _answer_413(send)
+            await _answer_413(send, str(scope.get("path") or ""))
             return
         received = 0
         started = False
@@ -172,14 +187,15 @@ class BodyLimitMiddleware:
             await self.app(scope, counted_receive, watched_send)
         except _TooLarge:
             if not started:
-                await _answer_413(send)
+                await _answer_413(send, str(scope.get("path") or ""))
 
 
-async def _answer_413(send: Send) -> None:
+async def _answer_413(send: Send, path: str) -> None:
+    body = refusal_body(path)
     await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(_BODY)).encode()),
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": _BODY})
+    await send({"type": "http.response.body", "body": body})
 
 
 def guard_daphne() -> None:
@@ -292,11 +308,13 @@ def guard_daphne() -> None:
         def _refuse(self) -> None:
             self._refused = True
             self.content = io.BytesIO()  # nothing is kept; twisted closes it with the request
+            target = getattr(self.channel, "_path", None) or b""
+            body = refusal_body(target.split(b"?", 1)[0].decode("latin-1"))
             head = (b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: " + str(len(_BODY)).encode() + b"\r\nConnection: close\r\n\r\n")
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
             transport = self.channel.transport if self.channel is not None else None
             if transport is not None:
-                transport.write(head + _BODY)
+                transport.write(head + body)
                 transport.loseConnection()
 
     http_protocol.WebRequest = LimitedWebRequest

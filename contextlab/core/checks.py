@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
-from contextlab.engine.tokens import verify_vocabularies
+from contextlab.engine.core.tokens import verify_vocabularies
 
 
 @register()
@@ -30,7 +30,7 @@ def check_tiktoken_vocabularies(app_configs: Any, **kwargs: Any) -> list[CheckMe
 @register()
 def check_providers(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """The operator's provider list must read, or every summary call would fail later."""
-    from contextlab import providers
+    from contextlab.support import providers
 
     try:
         providers.configured()

@@ -26,7 +26,7 @@ from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from contextlab import ratelimit
+from contextlab.support import ratelimit
 
 USER_SCOPE = "login_user"
 IP_SCOPE = "login_ip"

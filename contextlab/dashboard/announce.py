@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contextlab import live
 from contextlab.sessions.models import AgentProfile
+from contextlab.support import live
 
 
 def profile_announce(profile: AgentProfile) -> int:

@@ -26,8 +26,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from contextlab.dashboard import fragments
-from contextlab.live import remember_loop, session_group
 from contextlab.sessions.models import AgentSession
+from contextlab.support.live import remember_loop, session_group
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class SessionConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        # Publishers on other threads hop onto this loop (contextlab.live).
+        # Publishers on other threads hop onto this loop (contextlab.support.live).
         remember_loop()
         self.group = session_group(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)

@@ -72,3 +72,35 @@ def record(session: AgentSession) -> dict[str, Any] | None:
     session.source = {**(session.source or {}), "demo_story": story or {}}
     session.save(update_fields=["source"])
     return story
+
+
+def fate_in(session: AgentSession, needle: str, seq: int) -> dict[str, Any] | None:
+    """Where the search says ``needle`` of message ``seq`` went in ``session``: the summary version its
+    message was compacted into and whether that version (or a file it names) kept it; None when
+    the message was never compacted there."""
+    result = search_session(session, needle)
+    hit = next((h for h in result.messages if h.message.seq == seq), None)
+    if hit is None or hit.message.compacted_turn is None or hit.message.summary_version is None:
+        return None
+    version = hit.message.summary_version
+    summary = next((s for s in result.summaries if s["version"] == version), None)
+    return {"turn": hit.message.compacted_turn, "version": version,
+            "kept": bool(summary and summary["contains"]),
+            "kept_in": (summary or {}).get("kept_in") or ""}
+
+
+def record_loss(home: AgentSession, copaw_session: AgentSession, contextlab_session: AgentSession) -> dict[str, Any]:
+    """The loss the landing page leads to: the same conversation replayed under the faithful
+    ``copaw`` policy and under ``contextlab``. The story is the first fact the copaw session lost
+    for good (found as ``find_story`` finds it), with what the contextlab session did with it.
+    Kept with the home demo's story (``loss``); empty when the copaw session lost nothing."""
+    story = find_story(copaw_session)
+    loss: dict[str, Any] = {}
+    if story and story["kind"] == "lost":
+        loss = {**story, "session": str(copaw_session.pk), "session_title": copaw_session.display_title,
+                "compare": {"session": str(contextlab_session.pk), "title": contextlab_session.display_title,
+                            "fate": fate_in(contextlab_session, story["needle"], story["seq"])}}
+    home.source = {**(home.source or {}), "demo_story": {**((home.source or {}).get("demo_story") or {}),
+                                                           "loss": loss}}
+    home.save(update_fields=["source"])
+    return loss

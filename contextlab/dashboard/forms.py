@@ -13,9 +13,9 @@ from django.core.exceptions import FieldDoesNotExist
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from contextlab import providers
-from contextlab.engine.profile import BOUNDS, Bound, bound_problem
+from contextlab.engine.core.profile import BOUNDS, Bound, bound_problem
 from contextlab.sessions.models import LIST_KNOBS, PROFILE_KNOBS, AgentProfile
+from contextlab.support import providers
 
 
 def _model_knobs() -> list[str]:

@@ -30,10 +30,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from contextlab.dashboard.review import review_context
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.lib import payload_diff, summary_diff, textsafe
 from contextlab.lib.blocks import first_text
-from contextlab.lib.flow import build_flow
+from contextlab.lib.flow import build_flow, deferral_of
 from contextlab.sessions import services
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
@@ -209,10 +209,31 @@ def lost_by_turn(session: AgentSession, numbers: Iterable[int]) -> dict[int, int
         turn__in=numbers, lost_count__gt=0).order_by().values_list("turn", "lost_count")}
 
 
+def deferred_by_turn(session: AgentSession, turns: Iterable[Turn]) -> dict[int, str]:
+    """Why each of ``turns`` held a compaction back, for those that did.
+
+    Only a turn that compacted nothing while over its threshold can have deferred one: only
+    those traces are read (the list otherwise loads no trace).
+    """
+    numbers = [t.number for t in turns if t.outcome == "no_action" and t.threshold and t.used_tokens >= t.threshold]
+    if not numbers:
+        return {}
+    found = {}
+    for number, trace in session.turns.filter(number__in=numbers).order_by().values_list("number", "trace"):
+        check = next((step for step in (trace or {}).get("steps") or []
+                      if isinstance(step, dict) and step.get("step") == "context_check"), None)
+        why = deferral_of(check)
+        if why:
+            found[number] = why
+    return found
+
+
 def with_losses(session: AgentSession, turns: list[Turn]) -> list[Turn]:
     lost = lost_by_turn(session, [t.number for t in turns if t.outcome in COMPACTION_OUTCOMES])
+    deferred = deferred_by_turn(session, turns)
     for turn in turns:
         turn.lost_count = lost.get(turn.number, 0)  # type: ignore[attr-defined]
+        turn.deferred_why = deferred.get(turn.number, "")  # type: ignore[attr-defined]
     return turns
 
 
@@ -317,8 +338,33 @@ def llm_context(session: AgentSession, turn: Turn | None, *, page: str | int | N
     }
 
 
+# ``GatewayExchange.endpoint`` of the agent's token counts (the gateway's Anthropic adapter names it so).
+COUNT_TOKENS_ENDPOINT = "anthropic.count_tokens"
+
 def usage_context(turn: Turn) -> dict[str, Any]:
-    """What the provider reported for the call made with ``turn``'s payload, against our count."""
+    """What the provider reported for the call made with ``turn``'s payload, against our count;
+    and the token counts the agent asked the provider for meanwhile (``count_tokens``)."""
+    return {**_usage(turn), "token_counts": _token_counts(turn)}
+
+
+def _token_counts(turn: Turn) -> list[dict[str, Any]]:
+    """The provider's answers to the agent's ``count_tokens`` calls made after this turn, each
+    beside ContextLab's count of the same request."""
+    rows = (turn.session.gateway_exchanges.filter(turn_number=turn.number, endpoint=COUNT_TOKENS_ENDPOINT,
+                                                  usage__isnull=False)
+            .order_by("created").values_list("usage", flat=True)[:20])
+    out = []
+    for usage in rows:
+        if not isinstance(usage, dict):
+            continue
+        provider, ours = usage.get("input_tokens"), usage.get("contextlab_estimate")
+        if isinstance(provider, int) and isinstance(ours, int):
+            out.append({"provider": provider, "contextlab": ours,
+                        "ratio": round(provider / ours, 2) if ours else None})
+    return out
+
+
+def _usage(turn: Turn) -> dict[str, Any]:
     reported = services.reported_prompt_tokens(turn.usage)
     if reported is None:
         return {"usage": None}

@@ -10,7 +10,7 @@ from typing import Any
 
 from contextlab.dashboard.search import SearchResult
 from contextlab.dashboard.why import story_hit
-from contextlab.engine.staged import fingerprint
+from contextlab.engine.stages.summary.plan import fingerprint
 from contextlab.lib import summary_diff, textsafe
 from contextlab.lib.blocks import first_text
 from contextlab.sessions import services

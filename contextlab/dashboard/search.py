@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from contextlab.engine.identifiers import mentions
+from contextlab.engine.stages.summary.identifiers import mentions
 from contextlab.lib.blocks import first_text
 from contextlab.sessions import loss_records
 from contextlab.sessions.models import AgentSession, OffloadedFile, SessionMessage

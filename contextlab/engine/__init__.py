@@ -12,7 +12,7 @@ Importable without Django. The pieces a caller needs::
 
 from __future__ import annotations
 
-from contextlab.engine.errors import (
+from contextlab.engine.core.errors import (
     CompactorFailed,
     ContextLabError,
     InvalidMessages,
@@ -21,10 +21,10 @@ from contextlab.engine.errors import (
     TokenizerUnavailable,
     UnknownFormat,
 )
+from contextlab.engine.core.messages import Message
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager, TurnResult
-from contextlab.engine.messages import Message
-from contextlab.engine.profile import Profile
-from contextlab.engine.split import SplitPreview
+from contextlab.engine.stages.split import SplitPreview
 
 __all__ = [
     "CompactorFailed",

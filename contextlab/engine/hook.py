@@ -9,16 +9,15 @@ compaction, after ``preview_compaction`` has shown the split.
 
 The ``contextlab`` policy follows seed 001 and fixes CoPaw's ways of losing
 context; the ``copaw`` policy reproduces CoPaw 1.0.2 + ReMe 0.3.1.8 through
-``contextlab.engine.copaw`` so a CoPaw user sees exactly what their agent did.
+``contextlab.engine.policies.copaw.reference`` so a CoPaw user sees exactly what their agent did.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import datetime as dt
-import json
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -27,33 +26,34 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from contextlab.engine.archive import DialogArchive
 from contextlab.engine.compactors import build_compactor
-from contextlab.engine.compactors.base import Compactor, SummaryResult
+from contextlab.engine.compactors.base import Compactor
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
-from contextlab.engine.errors import CompactorFailed, MalformedInput
-from contextlab.engine.identifiers import append_index, keep_identifiers, line_chars_for_window
-from contextlab.engine.memory import record_session_notes
-from contextlab.engine.messages import (
-    Block,
-    MediaBlock,
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.core.messages import (
     Message,
-    ResultPart,
-    TextBlock,
     ToolResultBlock,
     ToolUseBlock,
     check_sequence,
-    parse_timestamp,
-    utc_now_iso,
 )
-from contextlab.engine.pins import MAX_FACTS, MAX_PINNED_MESSAGES, Pins, clean_fact
-from contextlab.engine.policy import Policy, build_policy
-from contextlab.engine.profile import TRUNCATION_SLACK_BYTES, Profile
-from contextlab.engine.prompts import language_of_summary, summary_language
-from contextlab.engine.schemas import check_response_format, check_tools
-from contextlab.engine.schemas import schema_tokens as count_schema_tokens
-from contextlab.engine.split import SplitPlan, SplitPreview
-from contextlab.engine.staged import (
+from contextlab.engine.core.profile import Profile
+from contextlab.engine.core.schemas import check_response_format, check_tools
+from contextlab.engine.core.schemas import schema_tokens as count_schema_tokens
+from contextlab.engine.core.tokens import REPLY_PRIMING_TOKENS, CopawEstimator, TiktokenCounter, TokenCounter
+from contextlab.engine.core.trace import Observer, StepRecord, TurnTrace
+from contextlab.engine.memory.pins import Pinning, Pins
+from contextlab.engine.memory.working import LiveFileTracker
+from contextlab.engine.policies.base import Policy, build_policy
+from contextlab.engine.stages.archive import DialogArchive
+from contextlab.engine.stages.compaction import CompactionSteps, SummaryVersion
+from contextlab.engine.stages.split import SplitPreview
+from contextlab.engine.stages.summary.identifiers import (
+    extract_identifiers,
+    fold,
+    is_internal,
+    mentions,
+)
+from contextlab.engine.stages.summary.plan import (
     CompactionDraft,
     CompactionPlan,
     DryArchive,
@@ -61,51 +61,29 @@ from contextlab.engine.staged import (
     PlannedCompactor,
     PlannedSummary,
     PlanningCompactor,
-    StalePlan,
     SummaryNeeded,
 )
-from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, CopawEstimator, TiktokenCounter, TokenCounter
-from contextlab.engine.tool_results import (
+from contextlab.engine.stages.summary.prompts import language_of_summary, summary_language
+from contextlab.engine.stages.tool_result_cuts import ToolResultCuts
+from contextlab.engine.stages.tool_results import (
     block_text,
     check_utf8,
-    is_markdown_read,
-    layout_of,
-    read_file_origin,
-    rebuild_parts,
 )
-from contextlab.engine.trace import Observer, StepRecord, TurnTrace
-from contextlab.engine.truncation import (
+from contextlab.engine.stages.truncation import (
     OffloadStore,
-    content_file_name,
-    count_lines,
-    cut_text,
-    reference_only,
 )
-from contextlab.engine.working_memory import LiveFileTracker
 
 
-@dataclass
-class SummaryVersion:
-    version: int
-    text: str
-    turn: int
-    trigger: str
-    compactor: str
-    created_at: str
-    compacted_ids: list[str]
-    fallback: bool = False
+@dataclass(frozen=True)
+class AgentCompaction:
+    """An agent's own compaction, as the messages it sent next show it (``adopt_agent_compaction``)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "text": self.text,
-            "turn": self.turn,
-            "trigger": self.trigger,
-            "compactor": self.compactor,
-            "created_at": self.created_at,
-            "compacted_ids": self.compacted_ids,
-            "fallback": self.fallback,
-        }
+    agent: str  # who compacted: "Claude Code", "Codex"
+    kind: str  # how: "/compact", "local compaction", "remote compaction"
+    summary: str = ""  # its summary text, "" when there is none to read
+    opaque: bool = False  # the provider encrypted the summary
+    tokens_before: int = 0  # the provider's usage before and after, when known
+    tokens_after: int = 0
 
 
 @dataclass
@@ -130,46 +108,7 @@ class TurnResult:
         return [dict(item) for item in self._openai]
 
 
-def shorten_arguments(value: Any, *, limit: int, file: str) -> Any:
-    """Arguments with every long string value cut so the whole is about ``limit`` bytes."""
-    strings: list[int] = []
-
-    def sizes(item: Any) -> None:
-        if isinstance(item, str):
-            strings.append(len(item.encode("utf-8")))
-        elif isinstance(item, dict):
-            for sub in item.values():
-                sizes(sub)
-        elif isinstance(item, list):
-            for sub in item:
-                sizes(sub)
-
-    sizes(value)
-    long_count = sum(1 for size in strings if size > 200) or 1
-    per_value = max(120, limit // long_count)
-
-    def cut(item: Any) -> Any:
-        if isinstance(item, str):
-            data = item.encode("utf-8")
-            if len(data) <= per_value + 80:
-                return item
-            head = data[:per_value].decode("utf-8", "ignore")
-            return f"{head}… [{len(data) - len(head.encode('utf-8')):,} more bytes; the full arguments are in {file}]"
-        if isinstance(item, dict):
-            return {key: cut(sub) for key, sub in item.items()}
-        if isinstance(item, list):
-            return [cut(sub) for sub in item]
-        return item
-
-    shortened = cut(value)
-    if len(json.dumps(shortened, ensure_ascii=False).encode("utf-8")) > 2 * limit + 200:
-        # Many short values: keep a preview of the JSON, the rest is in the file.
-        text = json.dumps(value, ensure_ascii=False)
-        return {"arguments_preview": text[:limit], "full_arguments_file": file}
-    return shortened if isinstance(shortened, dict) else {"arguments": shortened}
-
-
-class ContextManager:
+class ContextManager(ToolResultCuts, CompactionSteps, Pinning):
     def __init__(
         self,
         profile: Profile,
@@ -264,7 +203,7 @@ class ContextManager:
         self._gone: set[str] = set()  # ids that left the live context
         self._text_tokens: dict[tuple[str, str, str], int] = {}
         self._summary_cache: tuple[str | None, int, Message | None] = (None, 0, None)
-        # Staged compaction (see contextlab.engine.staged): the summary a turn
+        # Staged compaction (see contextlab.engine.stages.summary.plan): the summary a turn
         # takes instead of calling the compactor, and whether a turn must not
         # summarise at all because another request's summary call is in flight.
         self._planned: PlannedSummary | None = None
@@ -491,165 +430,6 @@ class ContextManager:
             if stale.read_message_id in self.fate:
                 self.fate[stale.read_message_id].append({"event": "stale", **info})
 
-    # ------------------------------------------------ tool-result truncation
-    def _limits_for(self, call: ToolUseBlock | None, *, recent: bool) -> int:
-        p = self.profile
-        if call is not None and is_markdown_read(call, p):
-            return p.markdown_recent_max_bytes if recent else p.markdown_old_max_bytes
-        return p.recent_max_bytes if recent else p.old_max_bytes
-
-    def _stage_one(self, msg: Message) -> Message:
-        """Cut oversized results as they enter the context; offload the original once."""
-        new_blocks: list[Block] = []
-        changed = False
-        for b_index, block in enumerate(msg.content):
-            if not isinstance(block, ToolResultBlock):
-                new_blocks.append(block)
-                continue
-            key = f"{msg.id}#{b_index}"
-            self._recent.append(key)
-            while len(self._recent) > self.profile.recent_n:
-                self._slid_out.append(self._recent.popleft())
-            call = self._calls.get(block.id)
-            tool = call.name if call else block.name
-            if tool in self.profile.exempt_tool_names:
-                new_blocks.append(block)
-                continue
-            limit = self._limits_for(call, recent=True)
-            new_block, entry = self.cut_block(msg, b_index, block, call, limit, stage=1)
-            if entry is not None:
-                changed = True
-                self.ledger[key] = entry
-                self.fate[msg.id].append({"event": "truncated", "stage": 1, "before_turn": self.turn + 1,
-                                          "block": b_index, "bytes_before": entry["original_bytes"],
-                                          "bytes_after": entry["kept_bytes"], "file": entry["file"]})
-            new_blocks.append(new_block)
-        if not changed:
-            return msg
-        return msg.replace_content(new_blocks, offload=self.offload_meta(msg.id, len(msg.content)))
-
-    def offload_meta(self, msg_id: str, n_blocks: int) -> dict[str, dict[str, Any]]:
-        return {str(i): self.ledger[f"{msg_id}#{i}"] for i in range(n_blocks) if f"{msg_id}#{i}" in self.ledger}
-
-    def cut_block(
-        self,
-        msg: Message,
-        b_index: int,
-        block: ToolResultBlock,
-        call: ToolUseBlock | None,
-        limit: int,
-        *,
-        stage: int,
-        reference: bool = False,
-    ) -> tuple[ToolResultBlock, dict[str, Any] | None]:
-        """Cut one result to ``limit`` bytes; returns the new block and its ledger entry."""
-        key = f"{msg.id}#{b_index}"
-        previous = self.ledger.get(key)
-        original = self.offload.read(previous["file"]) if previous is not None else block.output_text()
-        raw_len = len(original.encode("utf-8"))
-        if not reference and raw_len <= limit + TRUNCATION_SLACK_BYTES:
-            return block, None
-        if previous is None:
-            # Named after the call and the content, never at random: a replay run
-            # twice, or two sessions fed the same conversation, write the same
-            # notices (and so the same token counts). The call's id comes from
-            # the client; a message id is generated when a client sends none.
-            # Two results with the same call id and text share one file.
-            saved = self.offload.save(original, name=content_file_name(f"{block.id or msg.id}#{b_index}\n{original}"))
-            file_rel, sha = saved.relative, saved.sha256
-            layout = layout_of(block)
-        else:
-            file_rel, sha = previous["file"], previous["sha256"]
-            layout = previous.get("layout")
-        real_path, start_line = read_file_origin(call, self.profile)
-        # Workspace-relative, like CoPaw's dialog/ pointer: an agent reads it
-        # from its own workspace, and a server path would mean nothing to a
-        # remote agent (and would change token counts between installs).
-        notice_path = real_path or file_rel
-        single_line = False
-        if reference:
-            text = reference_only(file_path=notice_path, total_lines=count_lines(original),
-                                  original_bytes=raw_len, start_line=start_line)
-            kept = 0
-        else:
-            cut = cut_text(original, max_bytes=limit, file_path=notice_path, start_line=start_line,
-                           total_lines=(start_line - 1 + count_lines(original)) if real_path else None)
-            text, kept = cut.text, cut.kept_bytes
-        single_line = count_lines(original) <= 1
-        output: str | tuple[ResultPart, ...]
-        if isinstance(block.output, str):
-            output = text
-        else:
-            # Media parts stay; the text parts collapse into the one excerpt.
-            media = tuple(p for p in block.output if isinstance(p, MediaBlock))
-            output = (TextBlock(text), *media)
-        entry = {
-            "message_id": msg.id,
-            "block": b_index,
-            "tool": call.name if call else block.name,
-            "tool_use_id": block.id,
-            "stage": stage,
-            "limit": limit,
-            "original_bytes": raw_len,
-            "kept_bytes": kept,
-            "file": file_rel,
-            "sha256": sha,
-            "real_path": real_path,
-            "reference_only": reference,
-            "single_line": single_line,
-            # For a list output: the order and sizes of its parts, so the
-            # original can be rebuilt exactly from the one offloaded text.
-            "layout": layout,
-            "at_turn": self.turn if stage == 2 else self.turn + 1,
-            "expires_at": (self.clock() + dt.timedelta(days=self.profile.retention_days)).isoformat(),
-        }
-        return ToolResultBlock(id=block.id, name=block.name, output=output, is_error=block.is_error), entry
-
-    def stage_two(self, record: StepRecord) -> None:
-        """Re-cut results that slid out of the newest ``recent_n`` (contextlab)."""
-        cut_entries: list[dict[str, Any]] = []
-        for key in self._slid_out:
-            msg_id, _, b = key.rpartition("#")
-            index = self._index_of(msg_id)
-            if index is None:
-                continue  # already compacted away
-            msg = self.messages[index]
-            block = msg.content[int(b)]
-            if not isinstance(block, ToolResultBlock):
-                continue
-            call = self._calls.get(block.id)
-            tool = call.name if call else block.name
-            if tool in self.profile.exempt_tool_names:
-                continue
-            browser = tool in self.profile.browser_tool_names
-            limit = self._limits_for(call, recent=False)
-            original_bytes = self.ledger[key]["original_bytes"] if key in self.ledger else len(
-                block.output_text().encode("utf-8"))
-            if original_bytes <= limit + TRUNCATION_SLACK_BYTES:
-                continue
-            new_block, entry = self.cut_block(msg, int(b), block, call, limit, stage=2, reference=browser)
-            if entry is None:
-                continue
-            before = self.ledger.get(key, {}).get("kept_bytes", original_bytes)
-            self.ledger[key] = entry
-            blocks = list(msg.content)
-            blocks[int(b)] = new_block
-            new_msg = msg.replace_content(blocks, offload=self.offload_meta(msg.id, len(blocks)))
-            self.replace_message(index, new_msg)
-            self.fate[msg.id].append({"event": "truncated", "stage": 2, "turn": self.turn, "block": int(b),
-                                      "bytes_before": before, "bytes_after": entry["kept_bytes"],
-                                      "file": entry["file"]})
-            cut_entries.append({"message_id": msg.id, "tool": tool, "bytes_before": before,
-                                "bytes_after": entry["kept_bytes"], "file": entry["file"],
-                                "reference_only": browser})
-        self._slid_out = []
-        record.details["stage2"] = cut_entries
-        record.numbers["stage2_count"] = len(cut_entries)
-        record.numbers["stage1_total"] = sum(1 for e in self.ledger.values() if e["stage"] == 1)
-        record.status = "fired" if cut_entries else "ok"
-        record.outcome = (f"re-cut {len(cut_entries)} result(s) that slid out of the newest {self.profile.recent_n}"
-                          if cut_entries else "no result slid out of the recent window")
-
     # ------------------------------------------------------------ the hook
     def prepare(self, *, planned: PlannedSummary | None = None, defer_summary: bool = False) -> TurnResult:
         """Run the pre-reasoning hook and return the payload for the next LLM call.
@@ -678,6 +458,60 @@ class ContextManager:
         trace = self._new_trace("manual")
         with self._staged(planned, False):
             self.policy.manual(self, trace, instruction)
+        return self._finish(trace)
+
+    def adopt_agent_compaction(self, messages: Iterable[Message], compaction: AgentCompaction) -> TurnResult:
+        """The agent compacted its own context: the messages it sent since replace the live ones.
+
+        The live messages go to the archive as a compaction of that agent (their
+        fate says so; the summary history holds its summary), ``messages`` are
+        ingested as the new live context, and the turn runs on them without a
+        summary of its own: summarising the agent's fresh summary again would
+        only lose more. The session goes on from there, so its earlier turns,
+        fates and archive stay one history."""
+        batch = list(messages)
+        self.turn += 1
+        trace = self._new_trace("agent")
+        replaced = list(self.messages)
+        identifiers = [i for i in extract_identifiers(replaced) if not is_internal(i.value)]
+        # Calls the replaced messages left open are answered nowhere now; kept calls the agent
+        # sends again are the same calls, not duplicates.
+        self._pending_calls.clear()
+        for use in (u for m in batch for u in m.tool_uses):
+            self._calls.pop(use.id, None)
+            self._answered.discard(use.id)
+        self.mark_compressed(trace, replaced, compaction.summary or f"({compaction.agent}'s summary is opaque)",
+                             None, fallback=False, trigger="agent")
+        # The agent's summary is in its own messages: the engine adds none of its own.
+        self.summary = None
+        self.summaries[-1] = dataclasses.replace(self.summaries[-1], compactor=compaction.agent)
+        self.append(batch)
+        kept_text = fold(" ".join(m.plain_text() for m in batch))
+        lost = [i.value for i in identifiers if not mentions(i.value, kept_text, folded=True)]
+        with trace.step("agent_compaction", self.observer) as rec:
+            rec.status = "fired"
+            rec.numbers = {"replaced": len(replaced), "sent": len(batch), "lost_identifiers": len(lost),
+                           **({"tokens_before": compaction.tokens_before} if compaction.tokens_before else {}),
+                           **({"tokens_after": compaction.tokens_after} if compaction.tokens_after else {})}
+            rec.details = {"agent": compaction.agent, "kind": compaction.kind, "summary": compaction.summary,
+                           "opaque": compaction.opaque, "replaced_ids": [m.id for m in replaced],
+                           "lost_identifiers": lost[:200]}
+            rec.outcome = (f"{compaction.agent} compacted its own context ({compaction.kind}): "
+                           f"{len(replaced)} message(s) replaced by the {len(batch)} it sent"
+                           + (", its summary opaque (encrypted by the provider)" if compaction.opaque else ""))
+            if lost:
+                rec.reasons.append(f"{len(lost)} identifier(s) of the replaced messages are named nowhere in "
+                                   "what the agent kept")
+        try:
+            with self._staged(None, True):
+                self.policy.turn(self, trace)
+        except Exception as exc:  # the trace must record what broke, then re-raise
+            trace.error = f"{type(exc).__name__}: {exc}"
+            trace.finish()
+            self.traces.append(trace)
+            raise
+        if trace.outcome == "no_action":
+            trace.outcome = "compacted"
         return self._finish(trace)
 
     @contextlib.contextmanager
@@ -749,34 +583,6 @@ class ContextManager:
             pins=self.pins.to_dict(),
             trace=result.trace.to_dict())
 
-    # ------------------------------------------------------------------ pins
-    def pin_message(self, message_id: str) -> None:
-        """Keep a live message through the coming compactions (see ``pins``)."""
-        if message_id not in {m.id for m in self.messages}:
-            raise MalformedInput(f"message {message_id!r} is not in the live context: only a live message "
-                                 "can be pinned", field="message_id")
-        if message_id in self.pins.message_ids:
-            return
-        if len(self.pins.message_ids) >= MAX_PINNED_MESSAGES:
-            raise MalformedInput(f"at most {MAX_PINNED_MESSAGES} messages can be pinned", field="message_id")
-        self.pins.message_ids.append(message_id)
-
-    def unpin_message(self, message_id: str) -> None:
-        self.pins.message_ids = [m for m in self.pins.message_ids if m != message_id]
-
-    def pin_fact(self, text: str) -> str:
-        """A fact every coming summary must state; returns it as stored."""
-        fact = clean_fact(text)
-        if fact not in self.pins.facts:
-            if len(self.pins.facts) >= MAX_FACTS:
-                raise MalformedInput(f"at most {MAX_FACTS} facts can be pinned", field="fact")
-            self.pins.facts.append(fact)
-        return fact
-
-    def unpin_fact(self, text: str) -> None:
-        fact = " ".join(str(text).split())
-        self.pins.facts = [f for f in self.pins.facts if f != fact]
-
     def _may_summarise(self, *, manual: bool) -> bool:
         """Cheap and never wrong the wrong way: False only when the turn surely makes no summary call."""
         if self.profile.policy == "eviction" or not self.messages:
@@ -795,39 +601,6 @@ class ContextManager:
         return ((self.schema_tokens if self.policy.exact_counts else 0)
                 + self._text_message_tokens(self.counter, "system", self.system_prompt)
                 + (self.counter.count_message(summary_msg) if summary_msg else 0))
-
-    def summarize_plan(self, plan: CompactionPlan, compactor: Compactor | None = None) -> PlannedSummary:
-        """Ask the compactor the plan's question. Touches no state: call it holding nothing.
-
-        ``compactor``: the one taken when planning, for a caller that shares this
-        engine with other threads (a turn of theirs swaps in a planned one).
-        """
-        try:
-            return PlannedSummary(plan=plan, result=(compactor or self.compactor).summarize(plan.request))
-        except CompactorFailed as exc:
-            return PlannedSummary(plan=plan, failure=exc)
-
-    def forced_split(self, tokens: list[int], trace: TurnTrace, rec: StepRecord) -> SplitPlan:
-        """The split of a planned compaction, on the state it is committed to."""
-        assert self._planned is not None
-        plan = self._planned.plan
-        live = [m.id for m in self.messages]
-        if self.summary_version != plan.summary_version or live[:len(plan.live_ids)] != plan.live_ids:
-            raise StalePlan("the live messages changed other than by appends since the compaction was planned")
-        planned = set(plan.compact_ids)
-        compact = [i for i, mid in enumerate(live) if mid in planned]
-        keep = [i for i, mid in enumerate(live) if mid not in planned]
-        last = compact[-1] if compact else -1
-        pinned = next((i for i in keep if i < last), None)
-        appended = live[len(plan.live_ids):]
-        rec.details["planned"] = {"planned_at_turn": plan.turn + 1, "rebased_over": appended}
-        if appended:
-            rec.reasons.append(f"{len(appended)} message(s) arrived while the summary was being written; "
-                               "the compaction applies to the messages it summarised and they stay live")
-        return SplitPlan(cut=last + 1, compact=compact, keep=keep, pinned=pinned,
-                         kept_tokens=sum(tokens[i] for i in keep), compact_tokens=sum(tokens[i] for i in compact),
-                         reserve=self.profile.reserve, fits_reserve=sum(tokens[i] for i in keep) <= self.profile.reserve,
-                         cut_kind="planned")
 
     def preview_compaction(self) -> SplitPreview:
         """Which messages a manual compaction would summarise and which it keeps."""
@@ -878,143 +651,12 @@ class ContextManager:
                 + self._text_message_tokens(self.counter, "system", self.system_prompt)
                 + (self.counter.count_message(summary_msg) if summary_msg else 0) + self._live_tokens)
 
-    def keep_identifiers(self, summary: str, to_compact: list[Message]) -> str:
-        """The post-check every compactor's summary passes (see ``identifiers``): what
-        it dropped is appended, and the span's identifiers are indexed."""
-        check = keep_identifiers(summary, [self.original(m) for m in to_compact],
-                                 version=self.summary_version + 1, language=self.summary_language or "en",
-                                 line_chars=line_chars_for_window(self.profile.max_input_length))
-        if check.index_entry and self.writes_files:
-            append_index(self.workspace, check.index_entry)
-        return check.summary
-
-    def save_invalid_summary(self, trace: TurnTrace, reason: str, raw: dict[str, Any]) -> str:
-        name = f"compact_invalid_{uuid.uuid4().hex[:8]}.json"
-        if not self.writes_files:
-            return name
-        data = {"turn": trace.turn, "policy": self.profile.policy, "reason": reason, "saved_at": utc_now_iso(), **raw}
-        (self.workspace / name).write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str),
-                                           encoding="utf-8")
-        return name
-
     def payload_exact_tokens(self) -> int:
         """What the payload of this turn costs, exactly as ``_finish`` reports it."""
         summary_msg = self.summary_message()
         return (self._text_message_tokens(self.exact_counter, "system", self.system_prompt)
                 + (self.exact_counter.count_message(summary_msg) if summary_msg else 0)
                 + self.schema_tokens + self._live_exact + REPLY_PRIMING_TOKENS)
-
-    def cut_arguments(self, msg: Message, b_index: int, block: ToolUseBlock,
-                      limit: int) -> tuple[ToolUseBlock, dict[str, Any] | None]:
-        """Shorten the arguments of a call already made to about ``limit`` bytes.
-
-        The original arguments (and their raw JSON) go to ``tool_result/`` first;
-        every string value that is cut ends with a notice naming that file.
-        """
-        raw = block.raw_input if block.raw_input is not None else json.dumps(block.input, ensure_ascii=False)
-        size = len(raw.encode("utf-8"))
-        if size <= limit + TRUNCATION_SLACK_BYTES or (msg.metadata.get("offload_args") or {}).get(str(b_index)):
-            return block, None
-        original = json.dumps({"input": block.input, "raw_input": block.raw_input}, ensure_ascii=False)
-        # Named after the call and its content, like cut results: replays stay deterministic.
-        saved = self.offload.save(original, name=content_file_name(f"{block.id or msg.id}#{b_index}#args\n{original}"))
-        shortened = shorten_arguments(block.input, limit=limit, file=saved.relative)
-        new_block = ToolUseBlock(id=block.id, name=block.name, input=shortened)
-        kept = len(json.dumps(shortened, ensure_ascii=False).encode("utf-8"))
-        entry = {"file": saved.relative, "sha256": saved.sha256, "original_bytes": size, "kept_bytes": kept,
-                 "at_turn": self.turn}
-        return new_block, entry
-
-    def original(self, msg: Message) -> Message:
-        """The message as it was ingested: offloaded tool output and arguments read back in full."""
-        offload = msg.metadata.get("offload")
-        offload_args = msg.metadata.get("offload_args")
-        if not offload and not offload_args:
-            return msg
-        blocks = list(msg.content)
-        for b_index, entry in (offload_args or {}).items():
-            use = blocks[int(b_index)]
-            if isinstance(use, ToolUseBlock):
-                stored = json.loads(self.offload.read(entry["file"]))
-                blocks[int(b_index)] = ToolUseBlock(use.id, use.name, stored["input"], stored["raw_input"])
-        offload = offload or {}
-        for b_index, entry in offload.items():
-            block = blocks[int(b_index)]
-            if isinstance(block, ToolResultBlock):
-                full = self.offload.read(entry["file"])
-                output: str | tuple[ResultPart, ...] = full
-                if not isinstance(block.output, str):
-                    media = [p for p in block.output if isinstance(p, MediaBlock)]
-                    output = rebuild_parts(full, entry.get("layout"), media)
-                blocks[int(b_index)] = ToolResultBlock(block.id, block.name, output, block.is_error)
-        meta = {k: v for k, v in msg.metadata.items() if k not in ("offload", "offload_args")}
-        meta["offloaded_files"] = [e["file"] for e in [*offload.values(), *(offload_args or {}).values()]]
-        return Message(role=msg.role, content=tuple(blocks), id=msg.id, name=msg.name,
-                       timestamp=msg.timestamp, metadata=meta)
-
-    def mark_compressed(
-        self,
-        trace: TurnTrace,
-        to_compact: list[Message],
-        summary: str,
-        result: SummaryResult | None,
-        *,
-        fallback: bool,
-        trigger: str,
-        archive_originals: bool = True,
-        date_for: Callable[[Message], str] | None = None,
-    ) -> None:
-        version = self.summary_version + 1
-        with trace.step("mark_compressed", self.observer) as rec:
-            records = [((self.original(m) if archive_originals else m),
-                        {"archived_turn": trace.turn, "summary_version": version}) for m in to_compact]
-            # Archive first: a crash after this line leaves a duplicate, never a loss.
-            kwargs: dict[str, Any] = {"date_for": date_for} if date_for else {}
-            if self.transactional:
-                kwargs["journal_turn"] = trace.turn
-            locations = self.archive.append(records, **kwargs)
-            gone = {m.id for m in to_compact}
-            for msg in to_compact:
-                self._remove_live(msg)
-            self.messages = [m for m in self.messages if m.id not in gone]
-            self.summary = summary
-            self.summaries.append(SummaryVersion(
-                version=version, text=summary, turn=trace.turn, trigger=trigger,
-                compactor=result.compactor if result else "none", created_at=utc_now_iso(),
-                compacted_ids=[m.id for m in to_compact], fallback=fallback))
-            self._removed.extend(m.id for m in to_compact)
-            self._gone.update(m.id for m in to_compact)
-            self._archive_files.update(loc.file for loc in locations)
-            for msg, loc in zip(to_compact, locations, strict=True):
-                self.archived_ids.append(msg.id)
-                # An eviction placeholder was never ingested, so it has no fate of its
-                # own: its originals' fates already say where they went.
-                if msg.id in self.fate:
-                    self.fate[msg.id].append({"event": "compacted", "turn": trace.turn,
-                                              "summary_version": version, "archive": loc.to_dict()})
-            files = sorted({loc.file for loc in locations})
-            rec.status = "fired"
-            rec.numbers = {"archived": len(to_compact), "summary_version": version,
-                           "first_line": locations[0].line if locations else None,
-                           "last_line": locations[-1].line if locations else None}
-            rec.details = {"files": files, "locations": {m.id: loc.to_dict()
-                                                          for m, loc in zip(to_compact, locations, strict=True)}}
-            rec.outcome = f"archived {len(to_compact)} message(s) to {', '.join(files)}; summary v{version}"
-            memory = self._record_memory_notes(records)
-            if memory:
-                rec.details["memory"] = memory
-
-    def _record_memory_notes(self, records: list[tuple[Message, dict[str, Any]]]) -> dict[str, Any] | None:
-        """The compaction-time memory flush (seed 000): preferences and try-error
-        lessons of the compacted messages go to the day's note, without duplicates."""
-        if self.memory_workspace is None or not records:
-            return None
-        newest = parse_timestamp(records[-1][0].timestamp)
-        update = record_session_notes(self.memory_workspace, [m for m, _ in records], day=newest.date(), now=newest)
-        if not update.added and not update.skipped:
-            return None
-        relative = update.path.relative_to(self.memory_workspace).as_posix()
-        return {"file": relative, "added": update.added, "already_present": len(update.skipped)}
 
 
     # ----------------------------------------------------------- the result
@@ -1048,7 +690,7 @@ class ContextManager:
                 rec.details["stale_reads"] = stale_live
                 rec.reasons.append(f"{len(stale_live)} live read result(s) show an old version of a file "
                                    "written later in the session")
-            # Originals an operator put back since the last turn (contextlab.engine.reinject):
+            # Originals an operator put back since the last turn (contextlab.engine.memory.reinject):
             # they were appended, so they are among the newest messages.
             tail = self.messages[-len(self._added):] if self._added else []
             added = set(self._added) if tail else set()

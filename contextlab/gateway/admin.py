@@ -7,8 +7,8 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
-from contextlab import providers
 from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamProvider
+from contextlab.support import providers
 
 # ModelAdmin is generic only in the type stubs (it has no __class_getitem__ at
 # runtime without django-stubs-ext), hence the type-arg ignores below.

@@ -19,17 +19,20 @@ import httpx2
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from contextlab import telemetry
-from contextlab.engine.provider_edits import provider_edits_step
-from contextlab.engine.tokens import TiktokenCounter
+from contextlab.engine.core.tokens import TiktokenCounter
+from contextlab.engine.observe.provider_edits import provider_edits_step
 from contextlab.gateway import history, services, upstream
 from contextlab.gateway.credentials import ClientCredential
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.gateway.protocols import anthropic_messages as wire_protocol
 from contextlab.gateway.services import SESSION_HEADER, Exchange
-from contextlab.sessions.models import AgentProfile, Turn
+from contextlab.sessions.models import AgentProfile
+from contextlab.support import telemetry
 
 WIRE = wire_protocol.MESSAGES
+COMPACTION_REQUEST = "Claude Code's own compaction request (its summary prompt): forwarded as it came"
+AFTER_COMPACTION = ("Claude Code compacted its own context just before this request: what it sent replaced the "
+                    "managed context, and the session goes on")
 
 
 def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
@@ -79,22 +82,32 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
          retry: bool = False) -> HttpResponseBase:
     stream = body.get("stream") is True
     span = telemetry.start_gateway_span(request.headers, model=str(body.get("model") or "")[:200], stream=stream)
-    with telemetry.current(span):
-        exchange = services.exchange_prepare(owner=owner, profile=profile, provider=provider,
-                                             body=wire_protocol.to_chat(
-                                                 body, thinking_text=False,
-                                                 conversation=(owner.pk, profile.pk, session_header)
-                                                 if session_header else None),
-                                             session_header=session_header, retry=retry,
-                                             endpoint=wire_protocol.ENDPOINT)
+    if wire_protocol.is_compaction_request(body):
+        # Claude Code asks the model for its own summary: the request goes as it came (managing it
+        # would summarise what the engine already shortened), shown in the session it compacts.
+        exchange = Exchange(owner=owner, profile=profile, provider=provider,
+                            body={**body, "model": provider.upstream_model(body.get("model"))}, stream=stream,
+                            model=str(body.get("model") or "")[:200], endpoint=wire_protocol.ENDPOINT)
+        exchange.notes.append(COMPACTION_REQUEST)
+        exchange.session = services.named_session(owner, profile, session_header)
+    else:
+        compaction = wire_protocol.agent_compaction(body)
+        with telemetry.current(span):
+            exchange = services.exchange_prepare(owner=owner, profile=profile, provider=provider,
+                                                 body=wire_protocol.to_chat(
+                                                     body, thinking_text=False,
+                                                     conversation=(owner.pk, profile.pk, session_header)
+                                                     if session_header else None),
+                                                 session_header=session_header, retry=retry,
+                                                 endpoint=wire_protocol.ENDPOINT, agent_compaction=compaction)
+        if exchange.identity == "compacted":
+            exchange.notes.append(AFTER_COMPACTION)
+        unknown = services.unknown_content_step(wire_protocol.unknown_types(body))
+        if unknown is not None:
+            exchange.steps.append(unknown)
     exchange.span = span
     exchange.stream = stream
     data, applied = upstream_body(request, provider, body, exchange)
-    if exchange.forked_from is not None and exchange.session is not None and exchange.session._state.adding \
-            and wire_protocol.compaction_summary(body):
-        # Claude Code compacted its own context: the conversation goes on from its summary in a
-        # new session forked from the one it summarised (saved with the turn); the title says so.
-        exchange.session.title = f"{exchange.forked_from.title} · after Claude Code's compaction"[:200]
     start = time.perf_counter()
     http = upstream.client()
     try:
@@ -131,7 +144,8 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
                                    reply=wire_protocol.reply_to_chat(message) if message is not None else None,
                                    usage=reply.usage if reply is not None else None,
                                    upstream_ms=(time.perf_counter() - start) * 1000)
-    if row is not None and not row.error:
+    # Notes (an agent compaction adopted) are no failure: only an error skips the step.
+    if row is not None and not exchange.error:
         _note_provider_edits(exchange, reply.context_management if reply is not None else None, applied)
     response = upstream.passthrough(answer, content, extra=WIRE.passed(answer),
                                     not_json=wire_protocol.error_response)
@@ -221,7 +235,8 @@ def _record_stream(exchange: Exchange, builder: wire_protocol.StreamBuilder, sta
                                    reply=wire_protocol.reply_to_chat(message) if not error else None,
                                    usage=builder.usage or None, upstream_ms=(time.perf_counter() - start) * 1000,
                                    error=error)
-    if row is not None and not row.error:
+    # Notes (an agent compaction adopted) are no failure: only an error skips the step.
+    if row is not None and not exchange.error:
         _note_provider_edits(exchange, message.get("context_management"), applied)
 
 
@@ -238,13 +253,5 @@ def _note_provider_edits(exchange: Exchange, answered: Any, applied: wire_protoc
             answered.get("applied_edits") if isinstance(answered, dict) else None),
         removed=applied.removed if applied is not None else None,
         by="ContextLab" if applied is not None else "the provider")
-    if step is None or exchange.session is None or exchange.turn is None or not exchange.managed:
-        return
-    turn = Turn.objects.filter(session=exchange.session, number=exchange.turn).only("pk", "trace").first()
-    if turn is None or not isinstance(turn.trace, dict):
-        return
-    steps = [s for s in turn.trace.get("steps") or [] if s.get("step") != step["step"]]
-    result_at = next((i for i, s in enumerate(steps) if s.get("step") == "result"), len(steps))
-    steps.insert(result_at, step)
-    turn.trace = {**turn.trace, "steps": steps}
-    turn.save(update_fields=["trace"])
+    if step is not None and exchange.managed:
+        services.turn_step_add(exchange, step)

@@ -17,9 +17,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils.timezone import now
 
-from contextlab import providers
 from contextlab.gateway import history, trust
 from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.support import providers
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class UpstreamProvider(models.Model):
     api_key_env = models.CharField(
         max_length=100, blank=True,
         help_text="name of the environment variable holding the provider key; wins over a stored key")
-    # Encrypted (contextlab.providers.encrypt_secret); set it with ``store_api_key``.
+    # Encrypted (contextlab.support.providers.encrypt_secret); set it with ``store_api_key``.
     api_key = models.CharField(
         max_length=1000, blank=True,
         help_text="the provider key, stored encrypted (leave empty when the variable above is used)")
@@ -228,11 +228,16 @@ class GatewayExchange(models.Model):
     prepare_ms = models.FloatField(default=0.0, help_text="identity, ingest and hook")
     upstream_ms = models.FloatField(default=0.0)
     usage = models.JSONField(null=True, blank=True)
+    # The provider's id for its answer (the Responses API's ``id``): a later call that continues it
+    # (``previous_response_id``) is found in the session this call was recorded in.
+    response_id = models.CharField(max_length=200, blank=True)
     created = models.DateTimeField(default=now)
 
     class Meta:
         ordering = ["-created"]
-        indexes = [models.Index(fields=["session", "-created"], name="gatewayexchange_session")]
+        indexes = [models.Index(fields=["session", "-created"], name="gatewayexchange_session"),
+                   models.Index(fields=["owner", "response_id"], name="gatewayexchange_response",
+                                condition=~models.Q(response_id=""))]
 
     def __str__(self) -> str:
         return f"{self.endpoint} {self.status_code or '-'} {'managed' if self.managed else 'unmanaged'}"
@@ -276,7 +281,7 @@ class ObservedCall(models.Model):
     response_id = models.CharField(max_length=200, blank=True)
     # What the agent said the call was for, beside a turn: "compaction.local", "compaction.remote", "prewarm".
     kind = models.CharField(max_length=32, blank=True)
-    # Identity evidence beside the messages (``contextlab.engine.observe.identity_score``):
+    # Identity evidence beside the messages (``contextlab.engine.observe.inference.identity_score``):
     # the conversation id a gateway adapter read from the client (Claude Code's,
     # Codex's session id), the caller's trace, a digest of the sender's resource.
     client_id = models.CharField(max_length=300, blank=True)

@@ -34,14 +34,14 @@ from django.db import transaction
 from django.db.models import Count, Max, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from contextlab import telemetry
-from contextlab.engine.observe import Observer, RecordedRequest
+from contextlab.engine.observe.inference import Observer, RecordedRequest
 from contextlab.gateway import history, sse, upstream
 from contextlab.gateway.credentials import ClientCredential
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.gateway.protocols import anthropic_messages, openai_responses
 from contextlab.sessions.models import AgentProfile, AgentSession
 from contextlab.sessions.services.observed import Parsed, observe, observed_session_write
+from contextlab.support import telemetry
 
 log = logging.getLogger(__name__)
 
@@ -450,31 +450,68 @@ def chain_warnings(requests: list[RecordedRequest], seqs: list[int]) -> list[str
 def record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
     """Store the call and rebuild the session of its conversation; None when it is not part of one.
 
-    The agent's answer never depends on this: a rebuild that fails is logged and
-    the call stays recorded, so the next call's rebuild includes it.
+    The call is committed on its own first, as a pending record: whatever stops
+    the process after that (kill -9 included), the next rebuild of the profile,
+    or ``settle_pending`` at start, takes it into its session. The agent's answer
+    never depends on this: a rebuild that fails is logged and the call stays
+    pending, so the next call's rebuild includes it.
     """
     try:
-        return _record(call, provider)
+        call.save()
+    except Exception:
+        log.exception("observed call for profile %s could not be recorded", call.profile_id)
+        return None
+    if not _inferred(call):
+        return None
+    try:
+        return _settle(call.owner_id, call.profile, call).get(call.pk)
     except Exception:
         log.exception("observed call for profile %s: the session could not be rebuilt", call.profile_id)
-        try:
-            # The rolled-back insert left a primary key behind.
-            if call.pk is None or not ObservedCall.objects.filter(pk=call.pk).exists():
-                call.pk = None
-                call.save()
-        except Exception:
-            log.exception("observed call for profile %s could not be recorded", call.profile_id)
         return None
 
 
-def _record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | None:
+def _pending(owner_id: int, profile_id: int) -> QuerySet[ObservedCall]:
+    """The profile's calls the inference reads and no rebuild has taken in yet.
+
+    A rebuild gives every call it reads a conversation (the inference puts each
+    request in one, as a turn or a side call), so an empty one means pending."""
+    return ObservedCall.objects.filter(owner_id=owner_id, profile_id=profile_id, status_code=200, error="",
+                                       conversation="").exclude(kind="prewarm")
+
+
+def _settle(owner_id: int, profile: AgentProfile, known: ObservedCall | None = None) -> dict[int, AgentSession]:
+    """Rebuild with every pending call of the profile, in the order they were recorded.
+
+    ``known``: a call this process holds, not read back (its body is the largest thing read)."""
     with transaction.atomic():
         # One profile's calls are taken in the order they finished.
-        UpstreamProvider.objects.select_for_update().filter(pk=provider.pk).first()
-        call.save()
-        if not _inferred(call):
-            return None
-        return _rebuild(call.owner_id, call.profile, [call]).get(call.pk)
+        UpstreamProvider.objects.select_for_update().filter(profile_id=profile.pk).first()
+        pks = list(_pending(owner_id, profile.pk).order_by("pk").values_list("pk", flat=True))
+        if not pks:
+            return {}  # another call's rebuild took them in
+        read = {c.pk: c for c in ObservedCall.objects.filter(pk__in=[pk for pk in pks if known is None
+                                                                     or pk != known.pk])}
+        return _rebuild(owner_id, profile, [known if known is not None and pk == known.pk else read[pk]
+                                            for pk in pks])
+
+
+def settle_pending() -> int:
+    """Take into their sessions the calls a stopped process recorded but did not rebuild; how many.
+
+    Run at start (and by the beat): a call that nobody follows up would
+    otherwise wait for the next call of its profile."""
+    settled = 0
+    owners = (ObservedCall.objects.filter(status_code=200, error="", conversation="").exclude(kind="prewarm")
+              .values_list("owner_id", "profile_id").distinct())
+    for owner_id, profile_id in list(owners):
+        profile = AgentProfile.objects.filter(pk=profile_id).first()
+        if profile is None:
+            continue
+        try:
+            settled += len(_settle(owner_id, profile))
+        except Exception:
+            log.exception("observed calls of profile %s: the pending calls could not be rebuilt", profile_id)
+    return settled
 
 
 def _inferred(call: ObservedCall) -> bool:
@@ -601,7 +638,7 @@ def _warn(session: AgentSession, warnings: list[str]) -> None:
 
 
 def record_spans(*, owner: User, profile: AgentProfile, records: list[dict[str, Any]]) -> list[AgentSession]:
-    """LLM calls received as OpenTelemetry spans (``contextlab.engine.otlp`` records), recorded like
+    """LLM calls received as OpenTelemetry spans (``contextlab.engine.observe.otlp`` records), recorded like
     the calls observe mode forwards, and the sessions of their conversations rebuilt."""
     if not records:
         return []

@@ -38,8 +38,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from contextlab.engine.errors import InvalidProfile
-from contextlab.engine.otlp import Export, llm_requests, read_export
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.observe.otlp import Export, llm_requests, read_export
 from contextlab.gateway import observe, services
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.sessions import services as sessions

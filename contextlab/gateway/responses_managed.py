@@ -9,9 +9,11 @@ item. The provider's answer (or its events, relayed as they arrive) comes back
 unchanged and its reply joins the session, as for chat completions.
 
 Requests the engine must not manage go out as they came, recorded with the
-reason: the agent's own compaction requests and cache warm-ups, and a request
-that continues ``previous_response_id`` (the provider holds the conversation
-before it; ContextLab never saw it whole).
+reason: the agent's own compaction requests and cache warm-ups. A request that
+continues ``previous_response_id`` is managed for what it carries (the
+provider holds the conversation before it): its items join the session that
+recorded that response when the gateway forwarded it, and only they go
+upstream.
 """
 
 from __future__ import annotations
@@ -24,19 +26,19 @@ import httpx2
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from contextlab import telemetry
 from contextlab.gateway import observe, services, upstream
 from contextlab.gateway.credentials import ClientCredential
-from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamProvider
+from contextlab.gateway.models import UpstreamProvider
 from contextlab.gateway.protocols import openai_responses
 from contextlab.gateway.services import SESSION_HEADER, Exchange
 from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.support import telemetry
 
 REMOTE_COMPACTION = ("the agent asked the provider to compact its conversation (remote compaction): "
                      "forwarded as it came")
 LOCAL_COMPACTION = "the agent's own compaction request (its summary prompt, no tools): forwarded as it came"
-AFTER_COMPACTION = ("the agent compacted its own context just before this request ({kind}): its history no longer "
-                    "continues the session's, so this session forks from the one before the compaction")
+AFTER_COMPACTION = ("the agent compacted its own context just before this request ({kind}): what it sent replaced "
+                    "the managed context, and the session goes on")
 
 
 def _unmanaged_reason(body: dict[str, Any], kind: str, wire: observe.ResponsesWire) -> str:
@@ -46,11 +48,16 @@ def _unmanaged_reason(body: dict[str, Any], kind: str, wire: observe.ResponsesWi
         return LOCAL_COMPACTION
     if kind == "prewarm":
         return "the agent's cache warm-up request: forwarded as it came"
-    previous = body.get("previous_response_id")
-    if isinstance(previous, str) and previous:
-        return (f"the request continues response {previous[:100]}: the provider holds the conversation before it, "
-                "so ContextLab forwarded what the request carries unmanaged")
     return ""
+
+
+def _continued(previous: str, session: AgentSession | None) -> str:
+    if session is not None:
+        return (f"the request continues response {previous[:100]}, which this session recorded: the provider holds "
+                "the conversation before it, so ContextLab managed only what the request carries")
+    return (f"the request continues response {previous[:100]}, which ContextLab never forwarded (the chain starts "
+            "outside ContextLab): the provider holds the conversation before it, so ContextLab managed only what "
+            "the request carries")
 
 
 def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: UpstreamProvider, api_key: str,
@@ -66,15 +73,32 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
                             endpoint=wire.endpoint)
         exchange.notes.append(reason)
         # The session the agent names, when the gateway has one: the row (and its reason) shows there.
-        exchange.session = _named_session(owner, profile, session_header)
+        exchange.session = services.named_session(owner, profile, session_header)
     else:
+        compaction = openai_responses.agent_compaction(body)
+        previous = openai_responses.previous_response(body)
+        chained_to = services.session_of_response(owner, profile, previous) if previous else None
         exchange = services.exchange_prepare(owner=owner, profile=profile, provider=provider, body=view.chat,
-                                             session_header=session_header, retry=retry)
+                                             session_header=session_header, retry=retry,
+                                             agent_compaction=compaction, chained_to=chained_to)
         exchange.endpoint = wire.endpoint
-        if exchange.identity == "forked":
-            _after_compaction(exchange)
+        if exchange.identity == "compacted" and compaction is not None:
+            exchange.notes.append(AFTER_COMPACTION.format(kind=compaction.kind))
+        if previous:
+            exchange.notes.append(_continued(previous, chained_to))
+        unknown = services.unknown_content_step(openai_responses.unknown_types(body))
+        if unknown is not None:
+            exchange.steps.append(unknown)
         if exchange.managed:
-            exchange.body = view.body(body, list(exchange.body["messages"]), model)
+            managed = list(exchange.body["messages"])
+            if previous:
+                # Upstream goes only what the request carried, as the engine left it: the provider
+                # adds the conversation it holds, and the session's earlier messages are in it.
+                carried = len(view.sourced)
+                head = managed[:1] if view.has_system and managed else []
+                managed = [*head, *(managed[len(head):][-carried:] if carried else [])]
+                exchange.upstream_messages = len(managed)
+            exchange.body = view.body(body, managed, model)
         else:
             exchange.body = {**body, "model": model} if "model" in body else dict(body)
     span = telemetry.start_gateway_span(request.headers, model=exchange.model, stream=exchange.stream)
@@ -103,6 +127,7 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
         answer.close()
     parsed = openai_responses.answer_of(content) if answer.status_code == 200 else None
     error = parsed.error if parsed is not None and parsed.error else ""
+    exchange.response_id = parsed.response_id if parsed is not None else ""
     services.exchange_record(exchange, status_code=answer.status_code,
                              reply=openai_responses.reply_message(parsed) if parsed and not error else None,
                              usage=parsed.usage if parsed else None,
@@ -110,23 +135,6 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
     response = upstream.passthrough(answer, content)
     _context_headers(response, exchange)
     return response
-
-
-def _named_session(owner: User, profile: AgentProfile, key: str) -> AgentSession | None:
-    if not key:
-        return None
-    row = (GatewaySession.objects.filter(owner=owner, key=key, session__profile=profile)
-           .select_related("session").defer("session__engine_state").order_by("-updated").first())
-    return row.session if row is not None else None
-
-
-def _after_compaction(exchange: Exchange) -> None:
-    """Say so when a fork is the agent's own compaction: its previous call on this profile compacted."""
-    last = (GatewayExchange.objects.filter(owner=exchange.owner, profile=exchange.profile)
-            .order_by("-created").values_list("error", flat=True).first())
-    for reason, kind in ((LOCAL_COMPACTION, "local compaction"), (REMOTE_COMPACTION, "remote compaction")):
-        if last is not None and last.startswith(reason):
-            exchange.notes.append(AFTER_COMPACTION.format(kind=kind))
 
 
 def _context_headers(response: HttpResponseBase, exchange: Exchange) -> None:
@@ -154,6 +162,7 @@ def _relay(answer: httpx2.Response, exchange: Exchange, start: float) -> Iterato
 
     def record(error: str) -> None:
         done = reader.answer
+        exchange.response_id = done.response_id
         failed = error or (done.error if reader.finished else "") or (
             "" if reader.complete else "the stream ended before the response was complete")
         services.exchange_record(exchange, status_code=200,

@@ -22,6 +22,7 @@ The one exception is a hook that compacted: its summary is written at once
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -35,14 +36,24 @@ from django.db import transaction
 from django.db.models import F
 from django.utils.timezone import now
 
-from contextlab import telemetry
 from contextlab.api.decorators import LAST_USED_RESOLUTION
 from contextlab.api.models import ApiToken, hash_token
-from contextlab.engine.errors import ContextLabError, InvalidMessages, InvalidProfile
+from contextlab.engine.convert import from_openai
+from contextlab.engine.core.errors import ContextLabError, InvalidMessages, InvalidProfile
+from contextlab.engine.core.schemas import check_tools, schema_tokens
+from contextlab.engine.core.tokens import REPLY_PRIMING_TOKENS, TiktokenCounter
+from contextlab.engine.hook import AgentCompaction
 from contextlab.gateway import history, lookups
-from contextlab.gateway.models import GatewayExchange, GatewaySession, UpstreamMisconfigured, UpstreamProvider
+from contextlab.gateway.models import (
+    GatewayExchange,
+    GatewaySession,
+    ObservedCall,
+    UpstreamMisconfigured,
+    UpstreamProvider,
+)
 from contextlab.sessions import services as sessions
-from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.sessions.models import AgentProfile, AgentSession, Turn
+from contextlab.support import telemetry
 
 log = logging.getLogger(__name__)
 
@@ -197,12 +208,17 @@ class Exchange:
     history_length: int = 0
     prepared: datetime = field(default_factory=now)
     retry: bool = False
-    # The call's span when telemetry is on (``contextlab.telemetry``); ended by ``exchange_record``.
+    # The call's span when telemetry is on (``contextlab.support.telemetry``); ended by ``exchange_record``.
     span: Any = None
     # The session's gateway row as the call was prepared (None for a new session).
     gateway: GatewaySession | None = None
     # The wire protocol the client spoke (``GatewayExchange.endpoint``).
     endpoint: str = "chat.completions"
+    # The provider's id for its answer, when it gives one (``GatewayExchange.response_id``).
+    response_id: str = ""
+    # Steps of the turn's decision flow the protocol adds (``unknown_content_step``): written into
+    # the turn's trace once the turn is.
+    steps: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def strips_usage(self) -> bool:
@@ -218,13 +234,25 @@ def _describe(exc: BaseException) -> str:
 
 
 def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamProvider, body: dict[str, Any],
-                     session_header: str = "", retry: bool = False, endpoint: str = "chat.completions") -> Exchange:
+                     session_header: str = "", retry: bool = False, endpoint: str = "chat.completions",
+                     agent_compaction: AgentCompaction | None = None,
+                     chained_to: AgentSession | None = None) -> Exchange:
     """Manage the call's context; on any ContextLab failure, forward it as it came.
 
     ``retry``: the client says this is a retry of a call it made before (the
     OpenAI SDKs send ``X-Stainless-Retry-Count``). Only a retry may replace the
     reply recorded for the same request; the same request without it is a
-    second run of the same task, which gets its own session."""
+    second run of the same task, which gets its own session.
+
+    ``agent_compaction``: the request is the agent's first after compacting its
+    own context (its protocol adapter recognised it). When its history no
+    longer continues the session's, the call continues that same session
+    anyway: what the agent sent replaces the managed context, as a compaction
+    turn of the agent's (identity "compacted"), instead of forking a new one.
+
+    ``chained_to``: the request carries only what follows that session's
+    history (the provider holds the rest: ``previous_response_id``); its
+    messages join that session as they are (identity "chained")."""
     start = time.perf_counter()
     stream = body.get("stream") is True
     options = body.get("stream_options")
@@ -248,8 +276,23 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
             nonlocal stage
             stage = "identity"
             with transaction.atomic():
-                gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind, session_header,
-                                                                         chains, retry=retry)
+                adopting = None
+                gateway: GatewaySession | None
+                if chained_to is not None:
+                    gateway = _locked_row(chained_to.pk)
+                    exchange.identity, exchange.forked_from = "chained", None
+                    # The request's messages follow the session's history: their chain goes on from its own.
+                    stored = gateway.ingested
+                    exchange.chains = [*([""] * max(stored.length - 1, 0)), *([stored.chain] if stored.length else []),
+                                       *history.chained(digests, start=stored.chain)]
+                    exchange.rest = [*([None] * stored.length), *rest]
+                else:
+                    gateway, exchange.identity, exchange.forked_from = _find(owner, profile, key, kind,
+                                                                             session_header, chains, retry=retry)
+                if exchange.identity == "forked" and agent_compaction is not None \
+                        and exchange.forked_from is not None:
+                    gateway = _locked_row(exchange.forked_from.pk)
+                    exchange.identity, exchange.forked_from, adopting = "compacted", None, agent_compaction
                 session = gateway.session if gateway is not None else sessions.session_new(
                     owner=owner, system_prompt=system, profile=profile, title=_title(kind, key, rest))
                 exchange.session = session
@@ -264,18 +307,20 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
                                                        title=_title(kind, key, rest))
                         exchange.session = session
                 exchange.history_length = gateway.history_length if gateway is not None else 0
-                exchange.matched = min(exchange.history_length, len(digests))
+                # Adopting the agent's compaction, everything it sent is new.
+                exchange.matched = 0 if adopting is not None else (
+                    exchange.history_length if chained_to is not None else min(exchange.history_length, len(digests)))
                 # Tool definitions and a structured-output schema are billed as prompt
                 # tokens: the engine counts them as a layer of this call's budget.
                 pending = repeat or sessions.session_advance_pending(
-                    session=session, messages=rest[exchange.matched:], system_prompt=system,
+                    session=session, messages=exchange.rest[exchange.matched:], system_prompt=system,
                     request_schemas=(body.get("tools"), body.get("response_format")),
-                    stage_summary=True, defer_summary=defer_summary)
+                    stage_summary=True, defer_summary=defer_summary, agent_compaction=adopting)
                 exchange.pending = pending
                 if pending.committed:
                     # The hook compacted and its turn is written now: the ingested
                     # history goes with it, in the same transaction.
-                    _history_save(exchange, gateway, history.Ingested.of(chains))
+                    _history_save(exchange, gateway, history.Ingested.of(exchange.chains))
             exchange.gateway = gateway
             return pending, gateway
 
@@ -287,7 +332,7 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
             if pending.plan is not None or not pending.committed:
                 # The session moved during the call: this turn keeps every message.
                 pending, gateway = advance(defer_summary=True)
-        new = rest[exchange.matched:]
+        new = exchange.rest[exchange.matched:]
         payload, trace = pending.payload, pending.trace
         exchange.new = len(new)
         exchange.turn = int(trace["turn"])
@@ -385,6 +430,63 @@ def _title(kind: str, key: str, rest: list[Any]) -> str:
     return f"gateway · {text}" if text else "gateway session"
 
 
+def session_of_response(owner: User, profile: AgentProfile, response_id: str) -> AgentSession | None:
+    """The session whose recorded call the provider answered with ``response_id``, or None: the
+    gateway never forwarded that call, or did not record it in a session."""
+    if not response_id:
+        return None
+    row = (GatewayExchange.objects.filter(owner=owner, profile=profile, response_id=response_id[:200],
+                                          session__isnull=False)
+           .exclude(response_id="").order_by("-created").values_list("session_id", flat=True).first())
+    return AgentSession.objects.filter(pk=row).defer("engine_state").first() if row is not None else None
+
+
+def estimate_tokens(chat: dict[str, Any]) -> int:
+    """ContextLab's count of a request (chat-completions shape): its messages and tool definitions,
+    counted as the engine counts a payload."""
+    counter = TiktokenCounter()
+    messages = chat.get("messages") or []
+    try:
+        parsed = from_openai(messages, known_calls={})
+    except ContextLabError:
+        # A shape the engine refuses still has a size: its text, counted plainly.
+        return counter.count_text(json.dumps(messages, ensure_ascii=False))
+    tools = chat.get("tools")
+    try:
+        schemas = schema_tokens(counter, check_tools(tools), None) if tools else 0
+    except ContextLabError:
+        schemas = counter.count_text(json.dumps(tools, ensure_ascii=False))
+    return counter.count_messages(parsed) + schemas + REPLY_PRIMING_TOKENS
+
+
+def count_record(*, owner: User, profile: AgentProfile, session_header: str, endpoint: str, status_code: int,
+                 counted: int | None, estimate: int | None, upstream_ms: float) -> GatewayExchange:
+    """A token count the agent asked the provider for, written beside the session it names: the
+    provider's number and ContextLab's count of the same request (the token view shows both)."""
+    session = named_session(owner, profile, session_header)
+    if session is None and session_header:
+        # Observe mode: the session the inference put the agent's calls under that name in.
+        session_id = (ObservedCall.objects.filter(owner=owner, profile=profile, session_header=session_header[:300],
+                                                  session__isnull=False)
+                      .order_by("-pk").values_list("session_id", flat=True).first())
+        session = AgentSession.objects.filter(pk=session_id).defer("engine_state").first() if session_id else None
+    usage = ({"input_tokens": counted, "contextlab_estimate": estimate}
+             if counted is not None and estimate is not None else None)
+    return GatewayExchange.objects.create(
+        owner=owner, profile=profile, session=session, turn_number=(session.turns_count or None) if session else None,
+        endpoint=endpoint, managed=False, status_code=status_code, usage=usage, upstream_ms=upstream_ms)
+
+
+def named_session(owner: User, profile: AgentProfile, key: str) -> AgentSession | None:
+    """The newest session under the key the agent names its conversation by, or None: where a
+    call that is not managed (the agent's own compaction request) shows."""
+    if not key:
+        return None
+    row = (GatewaySession.objects.filter(owner=owner, key=key, session__profile=profile)
+           .select_related("session").defer("session__engine_state").order_by("-updated").first())
+    return row.session if row is not None else None
+
+
 def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_header: str,
           chains: list[str], *, retry: bool = False) -> tuple[GatewaySession | None, str, AgentSession | None]:
     """The session whose ingested history the request continues (its gateway row locked), or None
@@ -470,6 +572,9 @@ def exchange_record(exchange: Exchange, *, status_code: int | None, reply: dict[
     with telemetry.current(exchange.span):
         row = _record(exchange, status_code=status_code, reply=reply, usage=usage, upstream_ms=upstream_ms,
                       error=error)
+    if row is not None and exchange.steps and exchange.managed and status_code == 200 and not exchange.error:
+        for step in exchange.steps:
+            turn_step_add(exchange, step)
     if exchange.span is not None:
         result = exchange.pending.result if exchange.pending is not None else None
         warning = (telemetry.window_warning({"budget": result.trace.budget, "payload": result.trace.payload})
@@ -479,6 +584,36 @@ def exchange_record(exchange: Exchange, *, status_code: int | None, reply: dict[
                                       turn=exchange.turn, managed=exchange.managed, error=exchange.error,
                                       request=exchange.body, reply=reply, warning=warning)
     return row
+
+
+def unknown_content_step(found: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """The content the protocol adapter could not read, as a step of the turn's flow: each
+    "unknown <type>", kept verbatim (sent as it came, counted as its JSON, never cut)."""
+    if not found:
+        return None
+    kinds: dict[str, int] = {}
+    for kind, _ in found:
+        kinds[kind] = kinds.get(kind, 0) + 1
+    names = ", ".join(f"unknown {kind}" + (f" ×{count}" if count > 1 else "") for kind, count in kinds.items())
+    return {"step": "unknown_content", "status": "warning", "started_at": "", "duration_ms": 0.0, "inputs": {},
+            "numbers": {"unknown": len(found)}, "outcome": f"kept verbatim, unread: {names}",
+            "reasons": [f"unknown {kind} at {where}" for kind, where in found[:50]],
+            "details": {"unknown": [{"type": kind, "at": where} for kind, where in found[:200]]}}
+
+
+def turn_step_add(exchange: Exchange, step: dict[str, Any]) -> None:
+    """Write ``step`` into the trace of the exchange's turn, before its result (replacing one of
+    the same name): what the gateway learnt about the call outside the engine's own steps."""
+    if exchange.session is None or exchange.turn is None:
+        return
+    turn = Turn.objects.filter(session=exchange.session, number=exchange.turn).only("pk", "trace").first()
+    if turn is None or not isinstance(turn.trace, dict):
+        return
+    steps = [s for s in turn.trace.get("steps") or [] if s.get("step") != step["step"]]
+    result_at = next((i for i, s in enumerate(steps) if s.get("step") == "result"), len(steps))
+    steps.insert(result_at, step)
+    turn.trace = {**turn.trace, "steps": steps}
+    turn.save(update_fields=["trace"])
 
 
 def _record(exchange: Exchange, *, status_code: int | None, reply: dict[str, Any] | None, usage: Any,
@@ -627,7 +762,8 @@ def _write_row(exchange: Exchange, *, status_code: int | None, usage: Any, upstr
         identity=exchange.identity, client_messages=exchange.client_messages, matched_messages=exchange.matched,
         new_messages=exchange.new, upstream_messages=exchange.upstream_messages, status_code=status_code,
         error_stage=exchange.error_stage, error="; ".join([exchange.error, *exchange.notes]).strip("; "),
-        prepare_ms=exchange.prepare_ms, upstream_ms=upstream_ms, usage=usage if isinstance(usage, dict) else None)
+        prepare_ms=exchange.prepare_ms, upstream_ms=upstream_ms, usage=usage if isinstance(usage, dict) else None,
+        response_id=exchange.response_id[:200])
     if exchange.error_stage in ("identity", "hook", "record") and exchange.session is not None:
         # The sessions list's "had a failure" filter then shows gateway trouble too.
         AgentSession.objects.filter(pk=exchange.session.pk).update(failures_count=F("failures_count") + 1)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextlab.engine.unicode import repaired
+from contextlab.engine.core.unicode import repaired
 
 
 @dataclass

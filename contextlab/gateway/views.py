@@ -23,9 +23,8 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from contextlab import ratelimit, telemetry
-from contextlab.engine import strict_json
-from contextlab.engine.unicode import repaired
+from contextlab.engine.core import strict_json
+from contextlab.engine.core.unicode import repaired
 from contextlab.gateway import (
     credentials,
     managed_messages,
@@ -39,6 +38,7 @@ from contextlab.gateway.models import UpstreamProvider
 from contextlab.gateway.protocols import anthropic_messages, openai_responses
 from contextlab.gateway.services import PROFILE_HEADER, SESSION_HEADER, Exchange, GatewayError
 from contextlab.sessions.models import AgentProfile
+from contextlab.support import ratelimit, telemetry
 
 log = logging.getLogger(__name__)
 
@@ -498,7 +498,8 @@ def _anthropic_call(request: HttpRequest, wire: anthropic_messages.Wire) -> Http
     # Claude Code names its conversation; a ContextLab session header wins.
     session_header = contextlab_session or request.headers.get(anthropic_messages.SESSION_ID_HEADER, "").strip()
     if wire is anthropic_messages.COUNT_TOKENS:
-        return _anthropic_count_tokens(request, provider, api_key, credential)
+        return _anthropic_count_tokens(request, provider, api_key, credential, owner=user, profile=profile,
+                                       body=body, session_header=session_header)
     if observe.is_observed(provider):
         return observe.forward(request, owner=user, profile=profile, provider=provider, api_key=api_key,
                                body=body, session_header=session_header, wire=wire, credential=credential,
@@ -509,9 +510,12 @@ def _anthropic_call(request: HttpRequest, wire: anthropic_messages.Wire) -> Http
 
 
 def _anthropic_count_tokens(request: HttpRequest, provider: UpstreamProvider, api_key: str,
-                            credential: credentials.ClientCredential | None) -> HttpResponseBase:
-    """The provider's own count, passed back as it came (Claude's tokenizer is not public)."""
+                            credential: credentials.ClientCredential | None, *, owner: Any, profile: AgentProfile,
+                            body: dict[str, Any], session_header: str) -> HttpResponseBase:
+    """The provider's own count, passed back as it came (Claude's tokenizer is not public), and
+    kept beside ContextLab's count of the same request for the session the agent names."""
     wire = anthropic_messages.COUNT_TOKENS
+    start = time.perf_counter()
     try:
         answer = upstream.client().post(
             wire.url(provider, request), content=request.body,
@@ -523,6 +527,16 @@ def _anthropic_count_tokens(request: HttpRequest, provider: UpstreamProvider, ap
     except httpx2.RequestError as exc:
         return anthropic_messages.error_response(502, f"the upstream provider could not be reached: "
                                                       f"{type(exc).__name__}: {exc}")
+    counted = anthropic_messages.counted_tokens(answer.content) if answer.status_code == 200 else None
+    try:
+        services.count_record(
+            owner=owner, profile=profile, session_header=session_header, endpoint=anthropic_messages.COUNT_ENDPOINT,
+            status_code=answer.status_code, counted=counted, upstream_ms=(time.perf_counter() - start) * 1000,
+            estimate=services.estimate_tokens(anthropic_messages.to_chat(body, thinking_text=False))
+            if counted is not None else None)
+    except Exception:
+        # The agent's answer is decided: a count that could not be kept costs it nothing.
+        log.exception("gateway: could not record a count_tokens answer")
     return upstream.passthrough(answer, answer.content, extra=wire.passed(answer),
                                 not_json=anthropic_messages.error_response)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from contextlab.engine.profile import BOUNDS
+from contextlab.engine.core.profile import BOUNDS
 from contextlab.insights.services import MAX_QUERY_CHARS, MAX_RECALL_LIMIT
 
 OPERATION_STATUSES = (("", "all"), ("failed", "failed"), ("ok", "ok"), ("pending", "no result yet"))

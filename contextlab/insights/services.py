@@ -42,10 +42,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from contextlab.engine.compare import compare_policies
 from contextlab.engine.convert import to_openai
-from contextlab.engine.errors import ContextLabError, MalformedInput
-from contextlab.engine.memory import (
+from contextlab.engine.core.errors import ContextLabError, MalformedInput
+from contextlab.engine.core.messages import Message
+from contextlab.engine.core.profile import Profile
+from contextlab.engine.memory.long_term import (
     DAILY_DIR,
     LESSONS,
     MEMORY_FILE,
@@ -56,16 +57,15 @@ from contextlab.engine.memory import (
     normalise,
     split_sections,
 )
-from contextlab.engine.messages import Message
-from contextlab.engine.profile import Profile
-from contextlab.engine.retrieval import Hit, recollection_message, search_workspace, terms
-from contextlab.engine.working_memory import (
+from contextlab.engine.memory.retrieval import Hit, recollection_message, search_workspace, terms
+from contextlab.engine.memory.working import (
     Operation,
     OperationHistory,
     Subtask,
     WorkingMemory,
     extract_working_memory,
 )
+from contextlab.engine.replay.compare import compare_policies
 from contextlab.lib import textsafe
 from contextlab.sessions import services as session_services
 from contextlab.sessions.models import AgentProfile, AgentSession, SessionMessage, Turn

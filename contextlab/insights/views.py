@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_POST
 
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.insights import services
 from contextlab.insights.charts import token_chart
 from contextlab.insights.forms import CompareForm, OperationsFilter, RecallForm

@@ -58,6 +58,8 @@ class Flow:
     flaws_avoided: list[dict[str, str]]
     copaw_losses: list[dict[str, str]]
     error: str | None
+    # Why this turn held a compaction back, when its context check deferred one ("" otherwise).
+    deferred_why: str = ""
 
     def node(self, key: str) -> Node:
         return self.nodes[key]
@@ -101,7 +103,8 @@ def build_flow(trace: Mapping[str, Any]) -> Flow:
     nodes["trigger"] = Node(
         "trigger", "TRIGGER", "before the reasoning step", state="taken",
         outcome=("manual compaction requested" if trace.get("trigger") == "manual"
-                 else "the hook runs before every LLM call"),
+                 else "the agent compacted its own context: what it sent replaces the live messages"
+                 if trace.get("trigger") == "agent" else "the hook runs before every LLM call"),
         numbers=[("turn", fmt(trace.get("turn"))), ("trigger", fmt(trace.get("trigger"))),
                  ("policy", fmt(trace.get("policy"))), ("counter", fmt(trace.get("counter"))),
                  ("hook time", f"{fmt(trace.get('duration_ms'))} ms")])
@@ -155,15 +158,18 @@ def build_flow(trace: Mapping[str, Any]) -> Flow:
     summary = steps.get("summary")
     compacting = summary is not None
     to_compact = int(c.get("compact_count") or 0)
+    deferred_why = "" if compacting else deferral_of(check)
     nodes["branch"] = Node(
         "branch", "BRANCH", "to_compact empty?", state="taken" if check else "skipped",
         outcome=(f"no: {to_compact:,} message(s) to compact" if compacting
+                 else f"no, but held back: {to_compact:,} message(s) could be compacted" if deferred_why
                  else "yes: nothing to compact" if check else "not reached"))
     nodes["skip"] = Node(
         "skip", "NO COMPACTION", "reason directly", state="skipped" if compacting or not check else "taken",
-        outcome={"nothing_to_compact": "over the threshold, but nothing may be compacted",
-                 "over_budget": "over budget before any message"}.get(
-                     str(trace.get("outcome")), "everything stays in the context"))
+        outcome=(f"compaction held back (deferred): {deferred_why}" if deferred_why else
+                 {"nothing_to_compact": "over the threshold, but nothing may be compacted",
+                  "over_budget": "over budget before any message"}.get(
+                     str(trace.get("outcome")), "everything stays in the context")))
 
     s_inputs = (summary or {}).get("inputs") or {}
     s_numbers = (summary or {}).get("numbers") or {}
@@ -240,4 +246,14 @@ def build_flow(trace: Mapping[str, Any]) -> Flow:
         turn=int(trace.get("turn") or 0), trigger=str(trace.get("trigger", "")), policy=str(trace.get("policy", "")),
         outcome=str(trace.get("outcome", "")), compacting=compacting, nodes=nodes, extra=extra,
         flaws_avoided=list(trace.get("flaws_avoided") or []), copaw_losses=list(trace.get("copaw_losses") or []),
-        error=trace.get("error"))
+        error=trace.get("error"), deferred_why=deferred_why)
+
+
+def deferral_of(check: Mapping[str, Any] | None) -> str:
+    """Why a context check deferred the compaction it planned ("" when it did not).
+
+    A deferral leaves the turn's outcome "no_action" (nothing was compacted); the check's own
+    outcome says "… compaction deferred: <why>", and that is what the turn list and the flow show.
+    """
+    text = str((check or {}).get("outcome") or "")
+    return text.split("deferred:", 1)[1].strip() if "deferred:" in text else ""

@@ -6,7 +6,7 @@ of a compacted message that the new summary does not carry, and that no file
 the summary names (the identifier index, an offloaded output) still holds, is
 gone from everything the model will see again.
 
-What counts as an identifier is ``contextlab.engine.identifiers``' one
+What counts as an identifier is ``contextlab.engine.stages.summary.identifiers``' one
 definition, the same the summary index is built from and the same the search
 uses; "kept" is its ``mentions``. The check says "nothing lost" only when it
 searched everything: whatever it could not search (tool outputs, long tool
@@ -20,8 +20,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextlab.engine.identifiers import KINDS, Identifier, fold, is_internal, mentions, message_identifiers
-from contextlab.engine.messages import Message
+from contextlab.engine.core.messages import Message
+from contextlab.engine.stages.summary.identifiers import (
+    KINDS,
+    Identifier,
+    fold,
+    is_internal,
+    mentions,
+    message_identifiers,
+)
 
 MAX_LOST = 200  # flags stored per summary version; the count stays exact
 

@@ -4,7 +4,7 @@ Three questions a reader of summary vK asks, answered without an LLM:
 
 * what changed since v(K-1)? A diff per section (``split_sections`` lines the
   two versions up by heading) and word by word inside each section;
-* what exact detail was lost? Identifiers (``contextlab.engine.identifiers``:
+* what exact detail was lost? Identifiers (``contextlab.engine.stages.summary.identifiers``:
   paths, URLs, codes, ids, numbers, names...) present in v(K-1) and absent
   from vK and from the files it names;
 * what may have been invented? Sentences of vK whose significant words mostly
@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from contextlab.engine import identifiers as identifiers_module
-from contextlab.engine.validity import split_sections
+from contextlab.engine.stages.summary import identifiers as identifiers_module
+from contextlab.engine.stages.summary.validity import split_sections
 
 Op = tuple[str, str]  # ("equal" | "insert" | "delete", text)
 

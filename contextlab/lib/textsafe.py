@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from contextlab.engine.ansi import ANSI_ESCAPE as _ANSI
-from contextlab.engine.unicode import repaired
+from contextlab.engine.core.ansi import ANSI_ESCAPE as _ANSI
+from contextlab.engine.core.unicode import repaired
 
 # Control characters other than tab, newline and carriage return; shown as a
 # visible placeholder so a reader knows something was there.

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.identifiers import INDEX_FILE, keep_identifiers
-from contextlab.engine.messages import Message
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import Message
+from contextlab.engine.stages.summary.identifiers import INDEX_FILE, keep_identifiers
 from contextlab.lib import loss_check
 from contextlab.lib.loss_check import Unchecked
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion

@@ -26,11 +26,10 @@ from django.db import models, transaction
 from django.urls import reverse
 from django.utils.timezone import now
 
-from contextlab import providers
 from contextlab.engine.compactors import Compactor, build_compactor
-from contextlab.engine.errors import InvalidProfile
-from contextlab.engine.paths import UnsafePath, workspace_path
-from contextlab.engine.profile import (
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.core.paths import UnsafePath, workspace_path
+from contextlab.engine.core.profile import (
     BOUNDS,
     COMPACTORS,
     CONSTRAINED_OUTPUTS,
@@ -43,6 +42,7 @@ from contextlab.engine.profile import (
 )
 from contextlab.lib.textsafe import RepairingJSONDecoder
 from contextlab.sessions import payload_delta
+from contextlab.support import providers
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ _DEFAULT = Profile()
 # Every knob of the engine's Profile, in its order; "name" is the row's own
 # field and "extra" is free-form engine data, not a knob.
 # Where the summary model lives and which secret it gets are the operator's
-# choice (contextlab.providers): a stored profile names a provider instead.
+# choice (contextlab.support.providers): a stored profile names a provider instead.
 OPERATOR_KNOBS: tuple[str, ...] = ("compaction_base_url", "compaction_api_key_env")
 PROFILE_KNOBS: tuple[str, ...] = tuple(
     "compaction_provider" if f.name == "compaction_base_url" else f.name

@@ -1,6 +1,6 @@
 """Celery tasks: thin wrappers that take ids and call one service each.
 
-Start them with ``contextlab.jobs.enqueue`` (never ``.delay`` directly), so
+Start them with ``contextlab.support.jobs.enqueue`` (never ``.delay`` directly), so
 the embedded and the scaled mode behave the same. The run rows, not Celery
 results, say how a job went.
 """

@@ -20,10 +20,10 @@ def seed() -> dict[str, Any]:
     from django.contrib.auth.models import User
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from contextlab import jobs
     from contextlab.api.models import ApiToken
     from contextlab.sessions import services
     from contextlab.sessions.models import AgentSession
+    from contextlab.support import jobs
     from tests.conversations import answer, tool_turn
 
     owner = User.objects.create_user("fuzzer")

@@ -57,7 +57,7 @@ def test_it_raises_on_a_bad_token(live_server, db):
 def test_it_uploads_a_transcript(cl):
     session = cl.import_transcript(DEMO_CONVERSATION, title="uploaded")
     assert session["title"] == "uploaded"
-    assert session["turns"] == 9
+    assert session["turns"] == 15
 
 
 def test_the_agent_loop_example_runs_against_the_server(live_server, alice_token):

@@ -35,10 +35,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from contextlab import jobs
 from contextlab.api.models import ApiToken, hash_token
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.support import jobs
 from contextlab.wsgi import application
 from tests.conversations import answer, tool_turn
 

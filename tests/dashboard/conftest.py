@@ -52,9 +52,10 @@ WORKED_TURNS = 20
 @pytest.fixture
 def worked_session(alice_session):
     """Twenty turns on the small profile: stage-1 and stage-2 cuts and two compactions (a
-    compaction waits until it frees the band between the reserve and the threshold, and
-    until the payload is a reserve past the threshold: ``policy_contextlab.minimum_gain``)."""
-    work(alice_session, WORKED_TURNS)
+    compaction waits until it frees the band between the reserve and the threshold, until
+    the payload is a reserve past the threshold (``policy_contextlab.minimum_gain``), and
+    until CoPaw's own estimate would compact: outputs of 2,000 bytes get there twice)."""
+    work(alice_session, WORKED_TURNS, output_bytes=2_000)
     assert alice_session.compactions_count >= 2
     return alice_session
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlab.sessions import services
 from contextlab.sessions.models import CompactionRun
 from tests.conversations import tool_turn
+from tests.dashboard.conftest import work
 
 
 def _url(session, rest):
@@ -74,8 +75,12 @@ def test_it_refuses_a_session_being_imported(alice_client, worked_session):
     assert "still being imported" in response.content.decode()
 
 
-def test_it_refuses_when_nothing_can_be_compacted_and_says_why(alice_client, worked_session):
-    # The twelfth turn just compacted: every live message is in the kept tail.
+def test_it_refuses_when_nothing_can_be_compacted_and_says_why(alice_client, alice_session):
+    # Nineteen turns of the worked session's size: the nineteenth just compacted, so every live
+    # message is in the kept tail.
+    work(alice_session, 19, output_bytes=2_000)
+    worked_session = alice_session
+    assert worked_session.turns.order_by("-number").first().outcome == "compacted"
     assert services.compaction_preview(session=worked_session)["compact_ids"] == []
     turns = worked_session.turns_count
     page = alice_client.get(worked_session.get_absolute_url()).content.decode()

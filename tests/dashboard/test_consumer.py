@@ -10,9 +10,9 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser, User
 
-from contextlab import live
 from contextlab.dashboard.routing import websocket_urlpatterns
 from contextlab.sessions import services
+from contextlab.support import live
 from tests.conversations import answer, tool_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,11 +15,11 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import User
 
-from contextlab import live
 from contextlab.dashboard import fragments
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession
 from contextlab.sessions.services import persistence
+from contextlab.support import live
 from tests.conversations import answer, log_output, tool_turn
 from tests.dashboard.conftest import work
 

@@ -7,8 +7,8 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextlab.engine.identifiers import INDEX_FILE, KINDS, fold, keep_identifiers
-from contextlab.engine.messages import Message, ToolResultBlock, ToolUseBlock
+from contextlab.engine.core.messages import Message, ToolResultBlock, ToolUseBlock
+from contextlab.engine.stages.summary.identifiers import INDEX_FILE, KINDS, fold, keep_identifiers
 from contextlab.lib.loss_check import lost_at_compaction, named_references
 from contextlab.sessions import loss_records
 from contextlab.sessions.models import SummaryVersion

@@ -6,7 +6,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from contextlab.dashboard.forms import KNOBS
-from contextlab.engine.profile import BOUNDS, Profile
+from contextlab.engine.core.profile import BOUNDS, Profile
 from contextlab.sessions.models import PROFILE_KNOBS, AgentProfile
 
 

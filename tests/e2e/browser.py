@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from channels.testing import ChannelsLiveServerTestCase
@@ -17,6 +18,17 @@ from django.test import override_settings
 
 from contextlab.api.models import ApiToken
 
+if TYPE_CHECKING:
+    from playwright.sync_api import ConsoleMessage, Page
+
+# Collected in every document before any of its own scripts run (an init script is added
+# through the DevTools protocol, so the CSP does not refuse it).
+CSP_LISTENER = """
+window.__cspViolations = [];
+document.addEventListener('securitypolicyviolation', (e) => {
+  window.__cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI || 'inline'} at ${e.sourceFile}:${e.lineNumber}`);
+});
+"""
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
@@ -37,7 +49,7 @@ class FreshDaphneProcess(DaphneProcess):
 
         from asgiref.sync import AsyncToSync, SyncToAsync
 
-        from contextlab import jobs, live
+        from contextlab.support import jobs, live
 
         SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
         SyncToAsync.context_to_thread_executor.clear()
@@ -55,10 +67,10 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
     serve_static = True
     ProtocolServerProcess = FreshDaphneProcess
     workspaces: Path
-    # Playwright's wait_for_function compiles its predicate in the page, which the pages'
-    # CSP (no eval) refuses: tests about other things run with the CSP bypassed, the page
-    # walk (test_page_walk.py) with it enforced.
-    enforce_csp = False
+    # Every test runs with the pages' CSP enforced, and a violation fails it (``tearDown``): a
+    # page that works only with the policy off is a broken page. Waits poll from Python
+    # (``wait_until``): Playwright's wait_for_function compiles its predicate in the page, which
+    # the CSP (no eval) refuses.
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -91,9 +103,11 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
         super().setUp()
         self.alice = User.objects.create_user("alice", "alice@example.org", "alice-password")
         self.token = ApiToken.issue(user=self.alice, name="e2e")[1]
-        self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000},
-                                                bypass_csp=not self.enforce_csp)
+        self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.csp_console: list[str] = []
+        self.context.add_init_script(CSP_LISTENER)
         self.page = self.context.new_page()
+        self.watch_csp(self.page)
         self.page_errors: list[str] = []
         self.page.on("pageerror", lambda error: self.page_errors.append(str(error)))
         self.page.goto(f"{self.live_server_url}/accounts/login/")
@@ -102,9 +116,45 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
         self.page.click("button[type=submit]")
         self.page.wait_for_url(f"{self.live_server_url}/")
 
+    def watch_csp(self, page: Page) -> None:
+        """Collect the CSP reports the browser prints for ``page`` (every document it loads)."""
+        def on_console(message: ConsoleMessage) -> None:
+            if "Content Security Policy" in message.text:
+                self.csp_console.append(message.text)
+        page.on("console", on_console)
+
+    def csp_violations(self, page: Page | None = None) -> list[str]:
+        """What the CSP refused so far: the console's reports and the current document's events."""
+        page = page or self.page
+        seen = list(self.csp_console)
+        if not page.is_closed():
+            # Evaluated through the DevTools protocol, which the page's CSP does not govern.
+            seen += page.evaluate("window.__cspViolations || []")
+        return seen
+
+    def assert_no_csp_violation(self) -> None:
+        violations = self.csp_violations()
+        assert not violations, f"the Content-Security-Policy refused something: {violations}"
+
     def tearDown(self) -> None:
-        self.context.close()
-        super().tearDown()
+        try:
+            self.assert_no_csp_violation()
+        finally:
+            self.context.close()
+            super().tearDown()
+
+    def wait_until(self, expression: str, timeout: float = 10.0, page: Page | None = None) -> None:
+        """Poll a JavaScript expression from the test until it is truthy.
+
+        ``page.evaluate`` goes through the DevTools protocol, which the CSP does not govern;
+        ``wait_for_function`` would compile the expression in the page, which it refuses.
+        """
+        page = page or self.page
+        deadline = time.monotonic() + timeout
+        while not page.evaluate(f"!!({expression})"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still false after {timeout} s: {expression}")
+            time.sleep(0.05)
 
     def open(self, path: str) -> None:
         self.page.goto(f"{self.live_server_url}{path}")

@@ -37,14 +37,14 @@ class CompactionLossTests(BrowserTestCase):
         assert chip.get_attribute("data-lost") == str(version.lost_count)
 
         # The chart: a marker at that compaction, read out under the cursor.
-        page.wait_for_function("document.getElementById('chart-canvas')._plot", timeout=5_000)
+        self.wait_until("document.getElementById('chart-canvas')._plot", timeout=5)
         lost = page.evaluate(f"""JSON.parse(document.getElementById('chart-data').dataset.chart)
                                  .compactions.find(c => c.turn === {version.turn}).lost""")
         assert lost == version.lost_count
         box = page.locator("#chart-canvas .u-over").bounding_box()
         x = page.evaluate(f"document.getElementById('chart-canvas')._plot.valToPos({version.turn}, 'x')")
         page.mouse.move(box["x"] + x, box["y"] + box["height"] / 2)
-        page.wait_for_function(f"document.getElementById('chart-readout').textContent.startsWith('turn {version.turn} ')")
+        self.wait_until(f"document.getElementById('chart-readout').textContent.startsWith('turn {version.turn} ')")
         assert f"{version.lost_count} identifier" in page.text_content("#chart-readout")
 
         # The summary diff: a section, each identifier linked to its message and to the search.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from contextlab.engine.profile import BOUNDS
+from contextlab.engine.core.profile import BOUNDS
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, SessionMessage, Turn
 from tests.conversations import answer, tool_turn
@@ -98,7 +98,7 @@ class DefectTests(BrowserTestCase):
             assert boxes["list"]["right"] <= boxes["flow"]["left"], width
             assert boxes["table"]["right"] <= boxes["list"]["right"] + 0.5, width
             assert boxes["scroll"] <= boxes["client"], width
-            self.page.wait_for_function("document.getElementById('chart-canvas')._plot", timeout=5_000)
+            self.wait_until("document.getElementById('chart-canvas')._plot", timeout=5)
             ticks = self.page.evaluate("document.getElementById('chart-canvas')._plot.axes[0]._splits")
             assert ticks and all(float(t).is_integer() for t in ticks), (width, ticks)
         assert not self.page_errors
@@ -138,7 +138,7 @@ class DefectTests(BrowserTestCase):
         assert Turn.objects.filter(session=session).count() == turns
         # A new request makes the older messages compactable: the button comes back, pushed.
         self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(4), *tool_turn(5, output_bytes=300)]})
-        page.wait_for_function("!document.getElementById('compact-button').disabled", timeout=10_000)
+        self.wait_until("!document.getElementById('compact-button').disabled", timeout=10)
         assert page.locator("#compact-blocker").count() == 0
         assert not self.page_errors
 
@@ -156,13 +156,13 @@ class DefectTests(BrowserTestCase):
         editor.fill("#id_compact_ratio", "0.6")
         editor.click("text=Save")
         editor.wait_for_url(f"{self.live_server_url}/profiles/")
-        page.wait_for_function("document.getElementById('session-profile').dataset.threshold === '2400'",
-                               timeout=10_000)
+        self.wait_until("document.getElementById('session-profile').dataset.threshold === '2400'",
+                               timeout=10)
         assert "2,400" in page.text_content("#session-profile")
         # Agent traffic while turn 2 stays pinned: pushes leave the pinned panels alone, with no error.
         self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(4), *tool_turn(5, output_bytes=900)]})
         self.api("POST", f"sessions/{session.pk}/prepare")
-        page.wait_for_function("document.getElementById('stats').dataset.turns === '5'", timeout=10_000)
+        self.wait_until("document.getElementById('stats').dataset.turns === '5'", timeout=10)
         # The lists come in the second message of a push, where the flow and the LLM view would be too
         # (one message is swapped in one go).
         page.wait_for_selector('#turns-live tr[data-turn="5"]', timeout=10_000)

@@ -40,20 +40,20 @@ class LiveSessionTests(BrowserTestCase):
         session.refresh_from_db()
         expected = fragments.gauge_context(session, fragments.latest_turn(session))["gauge"]["total"]
         assert expected > before
-        page.wait_for_function(
-            f"document.querySelector('#gauge .gauge-used').dataset.total === '{expected}'", timeout=10_000)
+        self.wait_until(
+            f"document.querySelector('#gauge .gauge-used').dataset.total === '{expected}'", timeout=10)
         assert page.evaluate("window.__sameDocument") is True
         assert "4 messages appended since" in page.text_content("#gauge")
         # The other fragments follow the gauge (rendered once every viewer has its gauge).
-        page.wait_for_function(
-            f"document.querySelector('#stats').dataset.messages === '{session.messages_count}'", timeout=10_000)
+        self.wait_until(
+            f"document.querySelector('#stats').dataset.messages === '{session.messages_count}'", timeout=10)
         # The newest message heads the fate list, pushed too.
-        page.wait_for_function(
+        self.wait_until(
             f"document.querySelector('#fate-live tbody tr').dataset.seq === '{session.messages_count}'",
-            timeout=10_000)
+            timeout=10)
         # A turn moves the chart and the flow as well.
         self.api("POST", f"sessions/{session.pk}/prepare")
-        page.wait_for_function("document.querySelector('#flow-live').dataset.turn === '2'", timeout=10_000)
+        self.wait_until("document.querySelector('#flow-live').dataset.turn === '2'", timeout=10)
         assert page.evaluate("JSON.parse(document.getElementById('chart-data').dataset.chart).turns") == [1, 2]
         assert not self.page_errors
 
@@ -108,10 +108,10 @@ class LiveSessionTests(BrowserTestCase):
         assert page.is_disabled("#compact-button")
         assert "nothing to compact" in page.text_content("#compact-blocker")
         # The result streams into the rest of the page too: the new turn and its flow.
-        page.wait_for_function(f"document.querySelector('#flow-live').dataset.turn === '{run.turn_number}'",
-                               timeout=10_000)
-        page.wait_for_function(f"document.querySelector('#stats').dataset.turns === '{run.turn_number}'",
-                               timeout=10_000)
+        self.wait_until(f"document.querySelector('#flow-live').dataset.turn === '{run.turn_number}'",
+                               timeout=10)
+        self.wait_until(f"document.querySelector('#stats').dataset.turns === '{run.turn_number}'",
+                               timeout=10)
         assert not self.page_errors
 
     def test_it_shows_a_script_in_tool_output_as_text_and_never_runs_it(self) -> None:
@@ -162,9 +162,9 @@ class SummaryAndProfileTests(BrowserTestCase):
         page.fill("#id_compact_ratio", "0.3")
         page.fill("#id_reserve_ratio", "0.35")
         # The live preview says it on the field before anything is submitted.
-        page.wait_for_function(
+        self.wait_until(
             "document.getElementById('err-reserve_ratio').textContent.includes('must be smaller than the compaction threshold')",
-            timeout=10_000)
+            timeout=10)
         assert _number(page.text_content('#preview dd[data-k="threshold"]')) == 3_000
         assert _number(page.text_content('#preview dd[data-k="reserve"]')) == 3_500
         page.click("text=Create the profile")

@@ -16,10 +16,9 @@ axe-core comes from npm (``scripts/install_axe.sh``, run by the test command).
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
-from playwright.sync_api import ConsoleMessage, Page
+from playwright.sync_api import Page
 
 from contextlab.dashboard import demo_story
 from contextlab.sessions import services
@@ -28,18 +27,11 @@ from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVers
 from tests.conversations import answer, tool_turn
 from tests.corpus import REPO
 from tests.dashboard.conftest import defer_a_turn, work
-from tests.e2e.browser import BrowserTestCase
+from tests.e2e.browser import CSP_LISTENER, BrowserTestCase
 
 AXE = REPO / "var" / "npm" / "node_modules" / "axe-core" / "axe.min.js"
 WIDTHS = (1280, 390)
 SMALL = {"max_input_length": 4_000, "recent_n": 2, "recent_max_bytes": 1_500, "old_max_bytes": 400}
-# Collected in every document before any of its own scripts run; read back after each page.
-CSP_LISTENER = """
-window.__cspViolations = [];
-document.addEventListener('securitypolicyviolation', (e) => {
-  window.__cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI || 'inline'} at ${e.sourceFile}:${e.lineNumber}`);
-});
-"""
 AXE_RUN = """async () => {
   const result = await axe.run(document, {resultTypes: ['violations']});
   return result.violations.filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => ({
@@ -57,23 +49,12 @@ def screenshot_dir() -> Path:
 
 
 class PageWalkTests(BrowserTestCase):
-    enforce_csp = True
-
     def setUp(self) -> None:
         super().setUp()
         if not AXE.is_file():
             raise AssertionError(f"axe-core is missing at {AXE}: run `bash scripts/install_axe.sh`")
         self.axe_source = AXE.read_text()
         self.problems: list[str] = []
-        self.console_csp: list[str] = []
-        self.context.add_init_script(CSP_LISTENER)
-        self._listen(self.page)
-
-    def _listen(self, page: Page) -> None:
-        def on_console(message: ConsoleMessage) -> None:
-            if "Content Security Policy" in message.text:
-                self.console_csp.append(message.text)
-        page.on("console", on_console)
 
     def check(self, name: str, width: int, page: Page | None = None) -> None:
         """The three checks on the page as it is now; problems are collected, reported at the end."""
@@ -98,17 +79,9 @@ class PageWalkTests(BrowserTestCase):
                                  f"on {violation['count']} node(s): {violation['nodes']}")
         for text in page.evaluate("window.__cspViolations || []"):
             self.problems.append(f"{where}: CSP violation {text}")
-        for text in self.console_csp:
+        for text in self.csp_console:
             self.problems.append(f"{where}: console: {text}")
-        self.console_csp.clear()
-
-    def wait_until(self, expression: str, timeout: float = 10.0) -> None:
-        """Poll an expression from the test: wait_for_function would compile it in the page, which the CSP refuses."""
-        deadline = time.monotonic() + timeout
-        while not self.page.evaluate(expression):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"still false after {timeout} s: {expression}")
-            time.sleep(0.1)
+        self.csp_console.clear()
 
     def demo_session(self) -> AgentSession:
         profile = services.profile_create(owner=self.alice, name="demo", knobs=DEMO_PROFILE)
@@ -228,7 +201,7 @@ class PageWalkTests(BrowserTestCase):
         context.add_init_script(CSP_LISTENER)
         try:
             page = context.new_page()
-            self._listen(page)
+            self.watch_csp(page)
             page.goto(f"{self.live_server_url}/accounts/login/")
             self.check("login", width, page)
         finally:

@@ -86,8 +86,8 @@ class ScreenshotTests(BrowserTestCase):
         self.shoot("profiles", "main")
         self.open(f"/profiles/{profile.pk}/")
         page.fill("#id_reserve_ratio", "0.8")
-        page.wait_for_function(
-            "document.getElementById('err-reserve_ratio').textContent.length > 0", timeout=5_000)
+        self.wait_until(
+            "document.getElementById('err-reserve_ratio').textContent.length > 0", timeout=5)
         self.shoot("profile-form", full_page=True)
 
         self.open("/import/")

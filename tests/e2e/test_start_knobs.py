@@ -66,8 +66,10 @@ def test_it_starts_with_every_documented_knob_set_from_a_fresh_clone(clone, say,
     assert (data / "tiktoken").as_posix() in output
     with sqlite3.connect(next(data.glob("*.sqlite3"))) as db:
         titles = [row[0] for row in db.execute("SELECT title FROM contextlab_sessions_agentsession")]
-    # CONTEXTLAB_CORPUS_DIR: the demo came from the corpus folder given.
-    assert titles == [f"Demo: {TAU_BENCH.name}"]
+    # CONTEXTLAB_CORPUS_DIR: the demo came from the corpus folder given; beside it, the shipped
+    # conversation under both policies (the landing page's story of a loss).
+    assert sorted(titles) == sorted([f"Demo: {TAU_BENCH.name}", "Demo story, copaw policy: demo_conversation.json",
+                                     "Demo story, contextlab policy: demo_conversation.json"])
     assert "No corpus transcript" not in output
     assert any(data.rglob("*.jsonl")), "no session workspace under the data folder"
     # PYTHON and CONTEXTLAB_EXTRAS shaped the clone's new virtualenv.

@@ -24,7 +24,7 @@ class TimeTravelTests(BrowserTestCase):
                                           profile=profile, title="Travel")
         for i in range(1, turns + 1):
             services.messages_append(session=session, messages=[*([answer(i - 1)] if i > 1 else []),
-                                                                *tool_turn(i, output_bytes=1_500)])
+                                                                *tool_turn(i, output_bytes=2_000)])
             services.session_prepare(session=session)
         session.refresh_from_db()
         return session
@@ -50,7 +50,7 @@ class TimeTravelTests(BrowserTestCase):
         assert page.get_attribute("#summary-pinned", "data-version") == (str(version.version) if version else "")
 
     def test_a_click_on_a_turn_shows_every_panel_at_that_turn_and_follow_the_latest_returns(self) -> None:
-        # Two compactions on the small profile (the second lands on turn 20).
+        # Two compactions on the small profile (outputs of 2,000 bytes: CoPaw's own estimate fires twice).
         turns = 20
         session = self._session(turns=turns)
         compacted = Turn.objects.filter(session=session, outcome="compacted").order_by("number")
@@ -76,7 +76,7 @@ class TimeTravelTests(BrowserTestCase):
 
         # On the chart.
         page.click('.tabs [data-tab="messages"]')
-        page.wait_for_function("document.getElementById('chart-canvas')._plot", timeout=5_000)
+        self.wait_until("document.getElementById('chart-canvas')._plot", timeout=5)
         page.locator("#chart-canvas").scroll_into_view_if_needed()
         box = page.locator("#chart-canvas .u-over").bounding_box()
         x = page.evaluate("document.getElementById('chart-canvas')._plot.valToPos(3, 'x')")
@@ -87,7 +87,7 @@ class TimeTravelTests(BrowserTestCase):
         # Pinned panels are left alone by live pushes; the live ones still move.
         self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(turns), *tool_turn(turns + 1, output_bytes=900)]})
         self.api("POST", f"sessions/{session.pk}/prepare")
-        page.wait_for_function(f"document.getElementById('stats').dataset.turns === '{turns + 1}'", timeout=10_000)
+        self.wait_until(f"document.getElementById('stats').dataset.turns === '{turns + 1}'", timeout=10)
         assert page.get_attribute("#time-bar", "data-turn") == "3"
         assert page.get_attribute("#flow-pinned", "data-turn") == "3"
 
@@ -101,7 +101,7 @@ class TimeTravelTests(BrowserTestCase):
         self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(turns + 1), *tool_turn(turns + 2, output_bytes=900)]})
         self.api("POST", f"sessions/{session.pk}/prepare")
         page.wait_for_selector(f'#time-bar[data-live="1"][data-turn="{turns + 2}"]', timeout=10_000)
-        page.wait_for_function(f"document.querySelector('#flow-live').dataset.turn === '{turns + 2}'", timeout=10_000)
+        self.wait_until(f"document.querySelector('#flow-live').dataset.turn === '{turns + 2}'", timeout=10)
         assert page.evaluate("window.__sameDocument") is True
         assert not self.page_errors
 
@@ -119,7 +119,7 @@ class TimeTravelTests(BrowserTestCase):
         page.click('.tabs [data-tab="flow"]')
         page.click('#turns-live tr[data-turn="3"]')
         page.wait_for_selector('#time-bar[data-turn="3"][data-live="0"]')
-        page.wait_for_function("location.search === '?turn=3'", timeout=5_000)
+        self.wait_until("location.search === '?turn=3'", timeout=5)
         assert page.evaluate("location.hash") == "#tab-flow"
         assert page.text_content("#time-bar [data-turn-count]") == str(turns)
         assert page.is_hidden("#time-bar-news")
@@ -127,7 +127,7 @@ class TimeTravelTests(BrowserTestCase):
         # A turn arrives while turn 3 is shown: the bar counts it and says so.
         self.api("POST", f"sessions/{session.pk}/messages", {"messages": [answer(turns), *tool_turn(turns + 1, output_bytes=900)]})
         self.api("POST", f"sessions/{session.pk}/prepare")
-        page.wait_for_function(f"document.getElementById('stats').dataset.turns === '{turns + 1}'", timeout=10_000)
+        self.wait_until(f"document.getElementById('stats').dataset.turns === '{turns + 1}'", timeout=10)
         page.wait_for_selector("#time-bar-news:not([hidden])", timeout=5_000)
         assert page.text_content("#time-bar [data-turn-count]") == str(turns + 1)
         assert f"turn {turns + 1} arrived while you look at turn 3" in page.text_content("#time-bar-news")
@@ -136,5 +136,5 @@ class TimeTravelTests(BrowserTestCase):
 
         page.click("#follow-latest")
         page.wait_for_selector(f'#time-bar[data-live="1"][data-turn="{turns + 1}"]')
-        page.wait_for_function("location.search === ''", timeout=5_000)
+        self.wait_until("location.search === ''", timeout=5)
         assert not self.page_errors

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from contextlab.engine.profile import Profile
+from contextlab.engine.core.profile import Profile
 
 WINDOWS = (8_000, 16_000, 32_000)
 _WORDS = ("build", "module", "cache", "linker", "warning", "route", "handler", "retry", "socket", "queue",

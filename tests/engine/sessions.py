@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 _counter = iter(range(1, 10_000_000))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from contextlab.cli import main
-from contextlab.engine.profile import Profile
+from contextlab.engine.core.profile import Profile
 from tests.corpus import REPO, corpus_path
 
 TAU = "tau-bench/gpt-4o-airline.idx52.task2.trial1.json"
@@ -93,7 +93,7 @@ def test_it_refuses_an_out_that_is_a_file_without_a_traceback(tmp_path: Path, ca
 
 
 def test_it_leaves_no_folder_behind_when_a_replay_fails(tmp_path: Path) -> None:
-    from contextlab.engine.replay import replay_transcript
+    from contextlab.engine.replay.transcript import replay_transcript
 
     out = tmp_path / "new" / "out"
 
@@ -151,7 +151,7 @@ def test_it_says_an_empty_list_holds_no_messages(tmp_path: Path, capsys) -> None
 
 @pytest.mark.parametrize("policy", ["contextlab", "copaw"])
 def test_it_replays_identically_twice(tmp_path: Path, policy: str) -> None:
-    from contextlab.engine.replay import replay_transcript
+    from contextlab.engine.replay.transcript import replay_transcript
 
     transcript = corpus_path("openhands/multi_swe_bench_output.ponylang__ponyc-4588.jsonl")
     runs = []

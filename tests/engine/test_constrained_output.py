@@ -12,12 +12,17 @@ import pytest
 from contextlab.engine.compactors.base import SummaryRequest
 from contextlab.engine.compactors.constrained import render_json_summary, summary_grammar, summary_schema
 from contextlab.engine.compactors.openai_compat import OpenAICompactor
-from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.core.messages import Message
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.messages import Message
-from contextlab.engine.profile import Profile
-from contextlab.engine.prompts import SECTION_HEADINGS, SECTION_IDS, SUBSECTION_HEADINGS, SUBSECTION_IDS
-from contextlab.engine.validity import check_summary
+from contextlab.engine.stages.summary.prompts import (
+    SECTION_HEADINGS,
+    SECTION_IDS,
+    SUBSECTION_HEADINGS,
+    SUBSECTION_IDS,
+)
+from contextlab.engine.stages.summary.validity import check_summary
 from tests.fakellm import FakeLLM, Reply
 
 REQUEST = SummaryRequest([Message.text("user", "Fix the build in /srv/app.", timestamp="2026-03-19T10:00:00.000Z")],

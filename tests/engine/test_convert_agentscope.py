@@ -9,8 +9,14 @@ import pytest
 
 from contextlab.engine.convert.agentscope import from_agentscope, normalise_timestamp, to_agentscope
 from contextlab.engine.convert.openai import from_openai
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.messages import MediaBlock, TextBlock, ToolResultBlock, ToolUseBlock, check_sequence
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import (
+    MediaBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    check_sequence,
+)
 
 
 def copaw_session() -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ import pytest
 
 from contextlab.engine.convert.anthropic import from_anthropic, to_anthropic
 from contextlab.engine.convert.openai import from_openai
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.messages import (
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import (
     MediaBlock,
     Message,
     TextBlock,

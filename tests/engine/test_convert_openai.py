@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from contextlab.engine.convert import detect_message_format, messages_from_any
 from contextlab.engine.convert.openai import from_openai, to_openai
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.messages import (
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import (
     MediaBlock,
     Message,
     TextBlock,

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextlab.engine import copaw
+from contextlab.engine.policies.copaw import reference as copaw
 
 SHARED_DIR = Path(
     os.environ.get("CONTEXTLAB_SHARED_DIR") or Path(__file__).resolve().parents[2].parent / "shared"

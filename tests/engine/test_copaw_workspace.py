@@ -12,8 +12,13 @@ from typing import Any
 import pytest
 
 from contextlab.cli import main
-from contextlab.engine.errors import MalformedInput
-from contextlab.engine.importers.copaw_workspace import REPORT_KEYS, import_copaw_workspace, safe_extract
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.importers.copaw_workspace import (
+    REPORT_KEYS,
+    UnpackBudget,
+    import_copaw_workspace,
+    safe_extract,
+)
 from tests.corpus import COPAW_RUN
 
 WORKSPACE = COPAW_RUN / "workspace-sample"
@@ -115,8 +120,8 @@ def test_it_counts_the_bytes_it_unpacks_not_the_headers(tmp_path: Path) -> None:
     archive = tmp_path / "bomb.zip"
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("dialog/big.jsonl", b"\n" * 200_000)
-    with pytest.raises(MalformedInput, match="larger than"):
-        safe_extract(archive, tmp_path / "out", max_member_bytes=100_000)
+    with pytest.raises(MalformedInput, match="dialog/big.jsonl unpacks to more than 100,000 bytes .the rule."):
+        safe_extract(archive, tmp_path / "out", budget=UnpackBudget(member_bytes=100_000, member_text="the rule"))
     with pytest.raises(MalformedInput, match="members"):
         safe_extract(archive, tmp_path / "out2", max_members=0)
 

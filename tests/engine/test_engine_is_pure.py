@@ -12,17 +12,17 @@ from tests.corpus import REPO
     "modules",
     [
         pytest.param(
-            ("contextlab.engine", "contextlab.engine.replay", "contextlab.engine.copaw", "contextlab.engine.importers",
-             "contextlab.engine.reinject", "contextlab.engine.whatif"),
+            ("contextlab.engine", "contextlab.engine.replay.transcript", "contextlab.engine.policies.copaw.reference", "contextlab.engine.importers",
+             "contextlab.engine.memory.reinject", "contextlab.engine.replay.whatif"),
             id="engine",
         ),
         pytest.param(
             (
-                "contextlab.engine.eviction",
-                "contextlab.engine.compare",
-                "contextlab.engine.retrieval",
-                "contextlab.engine.working_memory",
-                "contextlab.engine.memory",
+                "contextlab.engine.policies.eviction",
+                "contextlab.engine.replay.compare",
+                "contextlab.engine.memory.retrieval",
+                "contextlab.engine.memory.working",
+                "contextlab.engine.memory.long_term",
             ),
             id="eviction-retrieval-memory",
         ),

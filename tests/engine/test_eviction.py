@@ -8,9 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextlab.engine.archive import DialogArchive
-from contextlab.engine.compare import compare_policies, render
-from contextlab.engine.eviction import (
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, check_sequence
+from contextlab.engine.core.profile import Profile
+from contextlab.engine.core.tokens import TiktokenCounter
+from contextlab.engine.policies.eviction import (
     EvictionPlan,
     ExternalStore,
     InformationUnit,
@@ -21,9 +22,8 @@ from contextlab.engine.eviction import (
     plan_eviction,
     score_units,
 )
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, check_sequence
-from contextlab.engine.profile import Profile
-from contextlab.engine.tokens import TiktokenCounter
+from contextlab.engine.replay.compare import compare_policies, render
+from contextlab.engine.stages.archive import DialogArchive
 from tests.corpus import corpus_path
 from tests.engine.sessions import assistant, log_lines, tool_round, user
 

@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryRequest
 from contextlab.engine.compactors.extractive import CAPS, ExtractiveCompactor
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from contextlab.engine.prompts import SECTION_HEADINGS, SUBSECTION_HEADINGS
-from contextlab.engine.validity import check_summary, split_sections
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from contextlab.engine.stages.summary.prompts import SECTION_HEADINGS, SUBSECTION_HEADINGS
+from contextlab.engine.stages.summary.validity import check_summary, split_sections
 
 PYTEST_FAILURE = """\
 F..                                                                      [100%]
@@ -372,7 +372,7 @@ def test_it_never_reports_an_importers_placeholder_result_as_a_failure():
 
 def test_it_tells_an_llm_compactor_that_a_placeholder_is_no_failure():
     from contextlab.engine.importers._common import repair
-    from contextlab.engine.prompts import format_message
+    from contextlab.engine.stages.summary.prompts import format_message
 
     messages = repair([Message.text("user", "Go.", timestamp=_ts(0)), _call(1, "h1", "handoff", {})], [])
 

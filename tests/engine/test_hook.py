@@ -5,11 +5,11 @@ import json
 import pytest
 
 from contextlab.engine.compactors.openai_compat import OpenAICompactor
-from contextlab.engine.errors import InvalidMessages, MalformedInput
+from contextlab.engine.core.errors import InvalidMessages, MalformedInput
+from contextlab.engine.core.messages import Message, ToolResultBlock
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.messages import Message, ToolResultBlock
-from contextlab.engine.profile import Profile
-from contextlab.engine.truncation import MARKER
+from contextlab.engine.stages.truncation import MARKER
 from tests.engine.sessions import assistant, log_lines, tool_round, user
 from tests.fakellm import FakeLLM, Reply, Sleep, Status
 
@@ -223,8 +223,9 @@ def test_it_previews_and_runs_a_manual_compaction_with_an_instruction(tmp_path) 
 
 def test_it_round_trips_its_state(tmp_path) -> None:
     m = manager(tmp_path)
+    # Outputs large enough that a compaction happens: the lean state then drops the fates of messages gone.
     for i in range(8):
-        m.append([user(f"q{i}"), *tool_round("bash", {"command": str(i)}, [log_lines(40)]), assistant("ok")])
+        m.append([user(f"q{i}"), *tool_round("bash", {"command": str(i)}, [log_lines(60)]), assistant("ok")])
         m.prepare()
     state = json.loads(json.dumps(m.export_state()))
     again = ContextManager.from_state(SMALL, m.workspace, state)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contextlab.engine.core.messages import Message, ToolResultBlock, ToolUseBlock
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.messages import Message, ToolResultBlock, ToolUseBlock
-from contextlab.engine.policy_contextlab import minimum_gain
-from contextlab.engine.profile import Profile
+from contextlab.engine.policies.contextlab.policy import minimum_gain
 from tests.engine.sessions import log_lines, tool_round, user
 
 WINDOW = 8_000
@@ -106,7 +106,7 @@ def test_it_lets_the_first_compaction_wait_until_the_payload_is_a_reserve_past_t
     threshold, reserve = m.profile.threshold, m.profile.reserve
     m.append([user("build the project and fix what breaks")])
     before_first: int | None = None
-    for i in range(60):
+    for i in range(200):
         m.append(tool_round("bash", {"command": f"make step-{i}"}, [log_lines(6, f"step{i}")]))
         result = m.prepare()
         sent = result.trace.payload["tokens"]["total"]
@@ -116,11 +116,15 @@ def test_it_lets_the_first_compaction_wait_until_the_payload_is_a_reserve_past_t
             assert gate is not None and check is not None
             before_first = gate.numbers["used"] + check.numbers["total"]
             break
-        # Past the threshold by less than a reserve: no compaction yet.
-        assert sent < threshold + reserve + 400, (i, sent)
+        # Past the threshold by less than a reserve, or further while CoPaw's own estimate would
+        # not compact yet (the policy never compacts before CoPaw would): no compaction yet.
+        check = result.trace.get("context_check")
+        waits_for_copaw = check is not None and check.details.get("deferred_for") == "copaw_trigger"
+        assert sent < threshold + reserve + 400 or waits_for_copaw, (i, sent)
     assert before_first is not None
-    # It brought down a payload one reserve past the threshold (within one round's size).
-    assert threshold + reserve - 400 <= before_first <= WINDOW - reserve
+    # It brought down a payload at least one reserve past the threshold, and at most one round
+    # past the window (the round that would overflow it forces the compaction; what is sent fits).
+    assert threshold + reserve - 400 <= before_first <= WINDOW + 400
     assert minimum_gain(threshold, reserve, WINDOW, 0) == threshold
 
 

@@ -7,8 +7,10 @@ from hypothesis import strategies as st
 
 from contextlab.engine.compactors.base import SummaryRequest
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
+from contextlab.engine.core.messages import Message, ToolResultBlock, ToolUseBlock
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.identifiers import (
+from contextlab.engine.stages.summary.identifiers import (
     INDEX_FILE,
     Identifier,
     base_name_kept,
@@ -16,8 +18,6 @@ from contextlab.engine.identifiers import (
     keep_identifiers,
     normalize,
 )
-from contextlab.engine.messages import Message, ToolResultBlock, ToolUseBlock
-from contextlab.engine.profile import Profile
 from tests.engine.sessions import assistant, log_lines, tool_round, user
 
 

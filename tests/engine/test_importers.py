@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from contextlab.engine.errors import InvalidMessages, MalformedInput, UnknownFormat
+from contextlab.engine.core.errors import InvalidMessages, MalformedInput, UnknownFormat
+from contextlab.engine.core.messages import check_sequence
 from contextlab.engine.importers import KNOWN_FORMATS, Transcript, detect_transcript_format, load_transcript
 from contextlab.engine.importers._common import NO_RESULT_TEXT
-from contextlab.engine.messages import check_sequence
 
 CORPUS = Path(
     os.environ.get(

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from contextlab.engine.core.messages import check_sequence
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.messages import check_sequence
-from contextlab.engine.profile import Profile
 from tests.engine.sessions import log_lines, tool_round, user
 
 

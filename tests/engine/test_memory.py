@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from contextlab.engine import memory as memory_module
-from contextlab.engine.memory import (
+from contextlab.engine.core.messages import Message, ToolResultBlock, ToolUseBlock
+from contextlab.engine.memory import long_term as memory_module
+from contextlab.engine.memory.long_term import (
     MAX_ITEMS_PER_SECTION,
     MemoryNotes,
     append_daily_note,
@@ -18,7 +19,6 @@ from contextlab.engine.memory import (
     memory_history,
     record_session_notes,
 )
-from contextlab.engine.messages import Message, ToolResultBlock, ToolUseBlock
 from tests.engine.sessions import assistant, user
 
 TZ = dt.timezone(dt.timedelta(hours=8))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextlab.engine.observe import Observer, RecordedRequest, load_recorded_request
-from contextlab.engine.tokens import TiktokenCounter
+from contextlab.engine.core.tokens import TiktokenCounter
+from contextlab.engine.observe.inference import Observer, RecordedRequest, load_recorded_request
 from tests.corpus import COPAW_RUN
 
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
@@ -231,7 +231,7 @@ def test_it_infers_nothing_but_arrivals_when_the_agent_only_appends(steps: list[
 
 
 def test_it_writes_a_trace_per_agent_request_with_exact_tokens() -> None:
-    from contextlab.engine.tokens import TiktokenCounter
+    from contextlab.engine.core.tokens import TiktokenCounter
 
     counter = TiktokenCounter()
     observer = Observer(counter=counter)

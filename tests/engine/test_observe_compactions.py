@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from contextlab.engine.observe import Observer, RecordedRequest
-from contextlab.engine.tokens import TiktokenCounter
+from contextlab.engine.core.tokens import TiktokenCounter
+from contextlab.engine.observe.inference import Observer, RecordedRequest
 
 SYSTEM = {"role": "system", "content": "You are a coding agent working in the payments repository."}
 TASK = {"role": "user", "content": "Refactor the payment module to use the new HTTP client."}

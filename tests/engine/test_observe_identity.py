@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextlab.engine.observe import (
+from contextlab.engine.observe.inference import (
     LINK_SCORE,
     Observer,
     RecordedRequest,

@@ -10,10 +10,10 @@ import pytest
 from contextlab.engine.compactors import build_compactor
 from contextlab.engine.compactors.base import Compactor, SummaryFailed, SummaryRequest
 from contextlab.engine.compactors.openai_compat import OpenAICompactor
-from contextlab.engine.errors import CompactorFailed, InvalidProfile
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from contextlab.engine.prompts import SECTION_HEADINGS, SUBSECTION_HEADINGS
-from contextlab.engine.validity import check_summary
+from contextlab.engine.core.errors import CompactorFailed, InvalidProfile
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from contextlab.engine.stages.summary.prompts import SECTION_HEADINGS, SUBSECTION_HEADINGS
+from contextlab.engine.stages.summary.validity import check_summary
 from tests.fakellm import FakeLLM, Reply, Sleep, Status
 
 KEY_ENV = "CONTEXTLAB_TEST_LLM_KEY"

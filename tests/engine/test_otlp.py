@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from contextlab.engine.otlp import llm_requests, load_json_lines, spans_from_json
+from contextlab.engine.observe.otlp import llm_requests, load_json_lines, spans_from_json
 from tests.gateway.provider import Provider, tool_loop
 
 TOOLS = [{"type": "function", "function": {"name": "run_shell", "description": "Run a shell command",

@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
-from contextlab.engine.errors import MalformedInput
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.core.messages import Message, check_sequence
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager, TurnResult
-from contextlab.engine.identifiers import extract_identifiers, normalize
-from contextlab.engine.messages import Message, check_sequence
-from contextlab.engine.pins import FACTS_LEAD, IDENTIFIERS_LEAD, MAX_PINNED_MESSAGES
-from contextlab.engine.profile import Profile
-from contextlab.engine.staged import StalePlan, planned_from_dict, planned_to_dict
+from contextlab.engine.memory.pins import FACTS_LEAD, IDENTIFIERS_LEAD, MAX_PINNED_MESSAGES
+from contextlab.engine.stages.summary.identifiers import extract_identifiers, normalize
+from contextlab.engine.stages.summary.plan import StalePlan, planned_from_dict, planned_to_dict
 from tests.engine.sessions import assistant, log_lines, tool_round, user
 from tests.engine.test_window_bound import agent_sessions, payload_tokens
 

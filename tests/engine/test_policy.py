@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.core.profile import Profile
+from contextlab.engine.core.trace import TurnTrace
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.policy import Policy, build_policy, register_policy, unregister_policy
-from contextlab.engine.profile import Profile
-from contextlab.engine.split import SplitPreview
-from contextlab.engine.trace import TurnTrace
+from contextlab.engine.policies.base import Policy, build_policy, register_policy, unregister_policy
+from contextlab.engine.stages.split import SplitPreview
 from tests.corpus import REPO
 from tests.engine.sessions import assistant, user
 
 ENGINE = REPO / "contextlab" / "engine"
-POLICY_MODULES = {"contextlab.engine.policy_copaw", "contextlab.engine.policy_eviction",
-                  "contextlab.engine.policy_contextlab"}
+POLICY_MODULES = {"contextlab.engine.policies.copaw.policy", "contextlab.engine.policies.eviction.policy",
+                  "contextlab.engine.policies.contextlab.policy"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -34,7 +34,8 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_it_imports_no_policy_module_from_the_manager_or_the_interface() -> None:
-    for name in ("hook.py", "policy.py", "flaw_notes.py", "copaw_shape.py", "split.py", "window_fit.py"):
+    for name in ("hook.py", "policies/base.py", "policies/contextlab/flaw_notes.py", "policies/copaw/shape.py",
+                 "stages/split.py", "stages/window_fit.py"):
         assert not imported_modules(ENGINE / name) & POLICY_MODULES, name
 
 
@@ -82,7 +83,8 @@ def test_it_runs_a_registered_policy_through_the_manager(tmp_path: Path) -> None
     assert build_policy("contextlab").name == "contextlab" and not isinstance(build_policy("contextlab"), CountingPolicy)
 
 
-@pytest.mark.parametrize("name", ["policy_contextlab.py", "policy_copaw.py", "policy_eviction.py"])
+@pytest.mark.parametrize("name", ["policies/contextlab/policy.py", "policies/copaw/policy.py",
+                                  "policies/eviction/policy.py"])
 def test_it_keeps_policy_modules_free_of_run_time_imports_of_the_manager(name: str) -> None:
     tree = ast.parse((ENGINE / name).read_text(encoding="utf-8"))
     run_time = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from contextlab.engine.errors import InvalidProfile
-from contextlab.engine.profile import Profile
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.core.profile import Profile
 
 
 def test_it_has_the_design_card_defaults() -> None:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from contextlab.engine.compactors.base import SummaryRequest
-from contextlab.engine.messages import (
+from contextlab.engine.core.messages import (
     MediaBlock,
     Message,
     TextBlock,
@@ -13,7 +13,7 @@ from contextlab.engine.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from contextlab.engine.prompts import (
+from contextlab.engine.stages.summary.prompts import (
     INITIAL_PROMPTS,
     SECTION_HEADINGS,
     SUBSECTION_HEADINGS,

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.profile import Profile
-from contextlab.engine.reinject import SOURCE_KEY, reinject
-from contextlab.engine.whatif import TurnInput, replay_by_turn
+from contextlab.engine.memory.reinject import SOURCE_KEY, reinject
+from contextlab.engine.replay.whatif import TurnInput, replay_by_turn
 from tests.engine.sessions import assistant, log_lines, tool_round, user
 
 SMALL = Profile(max_input_length=4_000, recent_n=2, recent_max_bytes=1_500, old_max_bytes=400,

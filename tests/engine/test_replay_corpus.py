@@ -16,7 +16,7 @@ import pytest
 
 from contextlab.cli import main
 from contextlab.engine.importers import load_transcript
-from contextlab.engine.verify import archive_records, resolve_offloads
+from contextlab.engine.replay.verify import archive_records, resolve_offloads
 from tests.corpus import TRANSCRIPTS, corpus_path
 
 pytestmark = pytest.mark.corpus

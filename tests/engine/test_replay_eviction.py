@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from contextlab.cli import main
-from contextlab.engine.eviction import ExternalStore
 from contextlab.engine.importers import load_transcript
-from contextlab.engine.verify import archive_records, resolve_offloads, verify_replay
+from contextlab.engine.policies.eviction import ExternalStore
+from contextlab.engine.replay.verify import archive_records, resolve_offloads, verify_replay
 from tests.corpus import TRANSCRIPTS, corpus_path
 
 pytestmark = pytest.mark.corpus

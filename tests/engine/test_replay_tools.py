@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from contextlab.engine.convert.openai import to_openai
+from contextlab.engine.core.profile import Profile
+from contextlab.engine.core.schemas import tool_tokens
+from contextlab.engine.core.tokens import TiktokenCounter
 from contextlab.engine.importers import load_transcript
 from contextlab.engine.importers.swe_agent import tools_from_command_docs
-from contextlab.engine.profile import Profile
-from contextlab.engine.replay import replay_transcript
-from contextlab.engine.schemas import tool_tokens
-from contextlab.engine.tokens import TiktokenCounter
+from contextlab.engine.replay.transcript import replay_transcript
 from tests.corpus import COPAW_RUN, corpus_path
 
 OPENHANDS = "openhands/multi_swe_bench_output.ponylang__ponyc-4588.jsonl"

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contextlab.engine.archive import DialogArchive
-from contextlab.engine.eviction import ExternalStore, build_units
-from contextlab.engine.eviction.store import recall
-from contextlab.engine.messages import Message, check_sequence
-from contextlab.engine.retrieval import (
+from contextlab.engine.core.messages import Message, check_sequence
+from contextlab.engine.memory.retrieval import (
     Bm25,
     Hit,
     recollection_message,
@@ -16,7 +13,10 @@ from contextlab.engine.retrieval import (
     term_counts,
     terms,
 )
-from contextlab.engine.truncation import OffloadStore
+from contextlab.engine.policies.eviction import ExternalStore, build_units
+from contextlab.engine.policies.eviction.store import recall
+from contextlab.engine.stages.archive import DialogArchive
+from contextlab.engine.stages.truncation import OffloadStore
 from tests.engine.sessions import assistant, log_lines, tool_round, user
 
 

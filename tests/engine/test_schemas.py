@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from contextlab.engine.errors import MalformedInput
-from contextlab.engine.hook import ContextManager
-from contextlab.engine.profile import Profile
-from contextlab.engine.schemas import (
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.core.profile import Profile
+from contextlab.engine.core.schemas import (
     ENUM_TOKENS,
     ENUM_VALUE_TOKENS,
     FUNCTION_TOKENS,
@@ -19,7 +18,8 @@ from contextlab.engine.schemas import (
     response_format_tokens,
     tool_tokens,
 )
-from contextlab.engine.tokens import TiktokenCounter
+from contextlab.engine.core.tokens import TiktokenCounter
+from contextlab.engine.hook import ContextManager
 from tests.engine.sessions import tool_round, user
 
 COUNTER = TiktokenCounter()

@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextlab.engine.messages import Message
-from contextlab.engine.split import plan_split
+from contextlab.engine.core.messages import Message
+from contextlab.engine.stages.split import plan_split
 from tests.engine.sessions import assistant, tool_round, user
 
 

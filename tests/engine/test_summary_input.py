@@ -7,16 +7,18 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contextlab.engine.ansi import strip_ansi, without_ansi
 from contextlab.engine.compactors.base import SummaryRequest
+from contextlab.engine.core.ansi import strip_ansi, without_ansi
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock
-from contextlab.engine.profile import Profile
-from contextlab.engine.prompts import language_of_summary
+from contextlab.engine.stages.summary.prompts import language_of_summary
 from tests.engine.sessions import assistant, log_lines, tool_round, user
 
 SMALL = Profile(max_input_length=4_000, recent_n=2, recent_max_bytes=6_000, old_max_bytes=600,
                 markdown_recent_max_bytes=8_000, markdown_old_max_bytes=2_000)
+# Enough English turns for a first compaction (it waits until CoPaw's own estimate would compact).
+ENGLISH_TURNS = 10
 COLOURED = "\x1b[2m  12 passed\x1b[0m in \x1b[1;32m0.31s\x1b[0m\n\x1b]8;;https://x.test\x07link\x1b]8;;\x07\n"
 
 
@@ -34,12 +36,12 @@ def chinese_turn(i: int) -> list[Message]:
 
 def test_it_keeps_the_language_of_the_first_summary_when_the_session_switches(tmp_path) -> None:
     m = ContextManager(SMALL, tmp_path / "ws")
-    for i in range(6):
+    for i in range(ENGLISH_TURNS):
         m.append(english_turn(i))
         m.prepare()
     first_versions = len(m.summaries)
     assert first_versions and language_of_summary(m.summary) == "en"
-    for i in range(10):
+    for i in range(18):
         m.append(chinese_turn(i))
         m.prepare()
 
@@ -52,7 +54,7 @@ def test_it_keeps_the_language_of_the_first_summary_when_the_session_switches(tm
 
 def test_it_follows_the_profiles_language_over_the_conversations(tmp_path) -> None:
     m = ContextManager(SMALL.replace(summary_language="zh"), tmp_path / "ws")
-    for i in range(6):
+    for i in range(ENGLISH_TURNS):
         m.append(english_turn(i))
         m.prepare()
     assert m.summaries and {language_of_summary(s.text) for s in m.summaries} == {"zh"}
@@ -60,7 +62,7 @@ def test_it_follows_the_profiles_language_over_the_conversations(tmp_path) -> No
 
 def test_it_keeps_the_fixed_language_across_a_saved_state(tmp_path) -> None:
     m = ContextManager(SMALL, tmp_path / "ws")
-    for i in range(6):
+    for i in range(ENGLISH_TURNS):
         m.append(english_turn(i))
         m.prepare()
     state = json.loads(json.dumps(m.export_state()))
@@ -82,7 +84,7 @@ def test_it_keeps_escape_codes_out_of_the_summary_but_in_the_archive(tmp_path) -
     m.append([user("run the tests"), *tool_round("bash", {"command": "pytest -q"}, [COLOURED + failure]),
               assistant("I'll use \x1b[1mpoetry\x1b[0m instead of pip from now on.")])
     m.prepare()
-    for i in range(6):
+    for i in range(ENGLISH_TURNS):
         m.append(english_turn(i))
         m.prepare()
 
@@ -120,8 +122,8 @@ def test_it_removes_every_escape_code_and_nothing_else(pieces: list[str]) -> Non
 
 
 def test_it_keeps_escape_codes_out_of_memory_notes() -> None:
-    from contextlab.engine.memory import extract_memory_notes
-    from contextlab.engine.messages import ToolUseBlock
+    from contextlab.engine.core.messages import ToolUseBlock
+    from contextlab.engine.memory.long_term import extract_memory_notes
 
     def call(call_id: str, command: str, output: str, is_error: bool) -> list[Message]:
         return [Message(role="assistant", content=(ToolUseBlock(call_id, "bash", {"command": command}),)),

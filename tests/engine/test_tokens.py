@@ -19,9 +19,9 @@ from types import ModuleType
 import pytest
 import tiktoken
 
-from contextlab.engine import tokens
-from contextlab.engine.errors import TokenizerUnavailable
-from contextlab.engine.messages import (
+from contextlab.engine.core import tokens
+from contextlab.engine.core.errors import TokenizerUnavailable
+from contextlab.engine.core.messages import (
     MediaBlock,
     Message,
     TextBlock,

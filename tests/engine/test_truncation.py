@@ -6,7 +6,7 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contextlab.engine.truncation import MARKER, OffloadStore, count_lines, cut_text, utf8_prefix
+from contextlab.engine.stages.truncation import MARKER, OffloadStore, count_lines, cut_text, utf8_prefix
 
 
 def lines(n: int, width: int = 20) -> str:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from contextlab.engine.prompts import SECTION_HEADINGS
-from contextlab.engine.validity import check_summary, normalize_summary, split_sections
+from contextlab.engine.stages.summary.prompts import SECTION_HEADINGS
+from contextlab.engine.stages.summary.validity import check_summary, normalize_summary, split_sections
 
 EN = """\
 ## Goal

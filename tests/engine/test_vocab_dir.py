@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from contextlab.engine.tokens import default_vocab_dir
+from contextlab.engine.core.tokens import default_vocab_dir
 from tests.engine.test_tokens import load_install_script
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, check_sequence
+from contextlab.engine.core.profile import Profile
+from contextlab.engine.core.schemas import tool_tokens
+from contextlab.engine.core.tokens import REPLY_PRIMING_TOKENS, TiktokenCounter
 from contextlab.engine.hook import ContextManager, TurnResult, replay_turns
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, check_sequence
-from contextlab.engine.profile import Profile
-from contextlab.engine.replay import write_final_context
-from contextlab.engine.schemas import tool_tokens
-from contextlab.engine.tokens import REPLY_PRIMING_TOKENS, TiktokenCounter
-from contextlab.engine.verify import verify_replay
+from contextlab.engine.replay.transcript import write_final_context
+from contextlab.engine.replay.verify import verify_replay
 from tests.engine.sessions import log_lines
 
 RECOUNT = TiktokenCounter()

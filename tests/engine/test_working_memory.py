@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from contextlab.engine.importers import load_transcript
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from contextlab.engine.working_memory import (
+from contextlab.engine.memory.working import (
     FileTracker,
     OperationHistory,
     call_outcome,

@@ -15,9 +15,9 @@ from django.test import Client
 from django.test.testcases import LiveServerThread, _StaticFilesHandler
 from openai import AsyncOpenAI, OpenAI
 
-from contextlab import providers
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.sessions.models import AgentProfile
+from contextlab.support import providers
 from tests.gateway.provider import Provider
 
 UPSTREAM_KEY = "sk-upstream-test-key"

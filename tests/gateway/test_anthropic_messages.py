@@ -17,10 +17,12 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from contextlab import providers
+from contextlab.dashboard import fragments
 from contextlab.gateway.models import GatewayExchange, ObservedCall, UpstreamProvider
+from contextlab.gateway.protocols import anthropic_messages
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.support import providers
 from tests.conversations import log_output
 from tests.gateway.anthropic_provider import Answer, AnthropicProvider, last_tool_results, text, tool_use
 
@@ -165,6 +167,61 @@ def test_it_passes_count_tokens_through(gateway_server, alice_token, big_profile
 
 
 # -- manage ----------------------------------------------------------------------------------
+
+
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGAAAAAEAAH2FzhVAAAAAElFTkSuQmCC"},
+         "cache_control": {"type": "ephemeral"}}
+DOCUMENT = {"type": "document", "title": "spec.pdf", "citations": {"enabled": True},
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQKJcTl8uXrCg=="}}
+UNKNOWN = {"type": "container_upload", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}
+
+
+def _with_media(log: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": [{"type": "text", "text": "Does the screenshot match the spec?"}, IMAGE, DOCUMENT,
+                                     UNKNOWN]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_001", "name": "run_shell",
+                                           "input": {"command": "make check"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_001", "content": log}]},
+    ]
+
+
+@pytest.mark.parametrize("log_lines", [3, 6_000], ids=["kept-whole", "tool-output-cut"])
+def test_it_sends_image_and_document_blocks_as_they_came_in_manage_mode(
+        gateway_server, alice_token, big_profile, anthropic_upstream, log_lines):
+    _route(big_profile, anthropic_upstream, mode="manage")
+    anthropic_upstream.brain = lambda body: text("They match.")
+    log = "".join(f"check {i:05d}: ok in src/module_{i % 41}.c\n" for i in range(log_lines))
+    client = _client(gateway_server, api_key=alice_token)
+    client.messages.create(model=MODEL, max_tokens=50, system=SYSTEM, tools=TOOLS, messages=_with_media(log))
+    row = GatewayExchange.objects.get()
+    assert (row.managed, row.error) == (True, "")
+    sent = anthropic_upstream.messages_requests[0].body["messages"]
+    # Block for block as the agent sent them, whether or not the engine changed anything else.
+    assert sent[0]["content"] == [{"type": "text", "text": "Does the screenshot match the spec?"}, IMAGE, DOCUMENT,
+                                  UNKNOWN]
+    output = sent[2]["content"][0]["content"]
+    if log_lines > 1_000:
+        assert len(output) < len(log) // 2  # the engine did cut the large tool output
+    else:
+        assert output == log
+
+
+def test_it_shows_unknown_block_types_in_the_turns_flow(gateway_server, alice_token, big_profile,
+                                                        anthropic_upstream, alice_browser):
+    _route(big_profile, anthropic_upstream, mode="manage")
+    anthropic_upstream.brain = lambda body: text("They match.")
+    client = _client(gateway_server, api_key=alice_token)
+    client.messages.create(model=MODEL, max_tokens=50, system=SYSTEM, tools=TOOLS, messages=_with_media("ok\n"))
+    turn = AgentSession.objects.get().turns.get()
+    step = next(s for s in turn.trace["steps"] if s["step"] == "unknown_content")
+    assert step["outcome"] == "kept verbatim, unread: unknown container_upload"
+    assert step["details"]["unknown"] == [{"type": "container_upload", "at": "messages[0].content[3]"}]
+    assert [s["step"] for s in turn.trace["steps"]][-2:] == ["unknown_content", "result"]
+    page = alice_browser.get(reverse("cl-turn-detail", args=[turn.session_id, turn.number])).content.decode()
+    assert "kept verbatim, unread: unknown container_upload" in page
+    assert "unknown container_upload at messages[0].content[3]" in page
 
 
 def test_it_manages_a_long_anthropic_conversation_without_splitting_a_tool_pair(gateway_server, alice_token,
@@ -409,6 +466,42 @@ def test_the_session_shows_anthropics_usage_as_the_truth_and_ours_as_an_estimate
     assert "over the session's 2 calls" in page
     detail = alice_browser.get(reverse("cl-turn-detail", args=[session.pk, turn.number])).content.decode()
     assert 'Anthropic usage (the truth): <span data-k="usage-input">1,200</span> input' in detail
+
+
+@pytest.mark.parametrize("mode", ["observe", "manage"])
+def test_it_shows_the_agents_count_tokens_answer_beside_ours_in_the_token_view(
+        gateway_server, alice_token, big_profile, anthropic_upstream, alice_browser, mode):
+    _route(big_profile, anthropic_upstream, mode=mode)
+    anthropic_upstream.brain = lambda body: text("Done.")
+    anthropic_upstream.count_tokens_answer = {"input_tokens": 5_432}
+    client = _client(gateway_server, api_key=alice_token,
+                     default_headers={"X-Claude-Code-Session-Id": "3f0c8a52-1d7e-4b8e-9a51-0c6d2e7f4b19"})
+    messages: list[Any] = [{"role": "user", "content": "Read the build log and tell me what failed."}]
+    client.messages.create(model=MODEL, max_tokens=10, system=SYSTEM, messages=messages, tools=TOOLS)
+    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "How big is this now?"}]
+    counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages, tools=TOOLS)
+    assert counted.input_tokens == 5_432  # passed back as the provider answered
+
+    session = AgentSession.objects.get()
+    row = GatewayExchange.objects.get(endpoint=fragments.COUNT_TOKENS_ENDPOINT)
+    assert fragments.COUNT_TOKENS_ENDPOINT == anthropic_messages.COUNT_ENDPOINT
+    assert (row.session, row.turn_number, row.status_code, row.managed) == (session, 1, 200, False)
+    ours = row.usage["contextlab_estimate"]
+    assert row.usage["input_tokens"] == 5_432 and 20 < ours < 1_000
+    page = alice_browser.get(reverse("cl-session-llm", args=[session.pk]), {"turn": 1}).content.decode()
+    assert "Token count the agent asked for (Anthropic <code>count_tokens</code>)" in page
+    assert '<strong data-k="count-provider">5,432</strong> input tokens by the provider' in page
+    assert f"ContextLab's estimate of the same request: <span data-k=\"count-contextlab\">{ours:,}</span>" in page
+
+
+def test_it_keeps_a_count_tokens_answer_without_numbers_when_it_has_none(
+        gateway_server, alice_token, big_profile, anthropic_upstream):
+    _route(big_profile, anthropic_upstream, mode="manage")
+    anthropic_upstream.count_tokens_answer = {"type": "error"}
+    client = _client(gateway_server, api_key=alice_token)
+    client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    row = GatewayExchange.objects.get()
+    assert (row.endpoint, row.usage, row.session) == (fragments.COUNT_TOKENS_ENDPOINT, None, None)
 
 
 def _long_tool_history(uses: int) -> list[dict[str, Any]]:

@@ -48,7 +48,8 @@ def test_it_converts_a_claude_code_request_to_the_internal_shape():
         {"role": "tool", "tool_call_id": "t1", "content": "a.txt\n[image]", "is_error": True},
         {"role": "user", "content": [{"type": "text", "text": "go on"}]},
         {"role": "system", "content": ""},
-        {"role": "user", "content": [{"type": "hologram_2031", "x": 1}]},
+        # A block type the adapter does not read: its JSON, marked unknown (sent upstream as it came).
+        {"role": "user", "content": [{"type": "text", "text": '[unknown hologram_2031] {"type": "hologram_2031", "x": 1}'}]},
         {"role": "user", "content": "again"},
     ]
     assert chat["tools"][0]["function"]["name"] == "Bash" and chat["tools"][1]["type"] == "web_search_20250305"

@@ -153,8 +153,8 @@ def test_it_records_a_reply_for_every_call(openai_client, provider, stream):
 
 
 def test_it_counts_the_calls_tool_schemas_as_a_layer_of_the_budget(openai_client, provider):
-    from contextlab.engine.schemas import tool_tokens
-    from contextlab.engine.tokens import TiktokenCounter
+    from contextlab.engine.core.schemas import tool_tokens
+    from contextlab.engine.core.tokens import TiktokenCounter
 
     tools = [{"type": "function", "function": {
         "name": f"tool_{i}", "description": f"Run step {i} of the build and report its errors.",

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from contextlab import providers
 from contextlab.gateway.models import GatewayExchange, ObservedCall, UpstreamProvider
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.support import providers
 from tests.gateway.responses_upstream import Reply, Request, ResponsesUpstream, function_call, text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -187,17 +187,25 @@ def test_it_manages_the_real_codex_cli(gateway_url, alice_token, codex_profile, 
     assert all(e.status_code == 200 for e in exchanges)
     compaction = [e for e in exchanges if not e.managed]
     assert len(compaction) == 1 and "compaction" in compaction[0].error
-    # The session of the first run, its compaction forwarded as it came, then a session that
-    # forks from the first one because Codex replaced its own history.
+    # One session: the first run, its compaction forwarded as it came, then the request after the
+    # compaction continues that same session with its context replaced by what Codex sent.
     assert [(e.managed, e.identity) for e in exchanges] == [
-        (True, "new"), (True, "continued"), (False, ""), (True, "forked"), (True, "continued")]
-    first, second = exchanges[0].session, exchanges[3].session
-    assert exchanges[1].session == first and exchanges[4].session == second and first != second
-    # Codex's compaction request is shown in the session it compacted (named by Codex's thread).
-    assert exchanges[2].session == first
-    assert second.gateway.forked_from == first
+        (True, "new"), (True, "continued"), (False, ""), (True, "compacted"), (True, "continued")]
+    first = exchanges[0].session
+    assert first is not None and {e.session for e in exchanges} == {first}
+    assert AgentSession.objects.filter(profile=codex_profile).count() == 1
     assert "compacted its own context just before this request (local compaction)" in exchanges[3].error
-    assert first.turns_count == 2 and second.turns_count == 2
+    first.refresh_from_db()
+    assert first.turns_count == 4
+    adopted = first.turns.get(number=3)
+    assert (adopted.trigger, adopted.outcome) == ("agent", "compacted")
+    step = next(s for s in adopted.trace["steps"] if s["step"] == "agent_compaction")
+    assert (step["details"]["agent"], step["details"]["kind"]) == ("Codex", "local compaction")
+    assert SUMMARY in step["details"]["summary"] and not step["details"]["opaque"]
+    # The tool call, its output and the answer were replaced: their ids are named there.
+    assert step["numbers"]["replaced"] >= 3
+    summary = first.summary_versions.get()
+    assert (summary.trigger, summary.compactor) == ("agent", "Codex") and SUMMARY in summary.text
     # Reasoning-free but verbatim: with nothing to cut in a 200,000-token window, the
     # items Codex sent reached the provider as it sent them.
     assert all(e.upstream_messages == e.client_messages for e in exchanges if e.managed)

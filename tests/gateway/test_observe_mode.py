@@ -100,6 +100,9 @@ def test_it_reads_again_the_calls_another_process_recorded(gateway_url, alice, a
     turns = list(session.turns.order_by("number"))
     assert [t.payload[-1]["content"] for t in turns] == ["one", "two", "three", "four"]
     assert session.messages_count == 8  # the four asks, three replies sent back, and the last reply
+    # The call recorded elsewhere, never rebuilt there, is a pending record the next call took in.
+    assert set(ObservedCall.objects.values_list("session", flat=True)) == {session.pk}
+    assert not ObservedCall.objects.filter(conversation="").exists()
 
 
 def test_it_writes_every_row_again_when_another_writer_rewrote_the_session(gateway_url, alice_token, observed,
@@ -136,3 +139,68 @@ def test_it_writes_every_row_again_when_another_writer_rewrote_the_session(gatew
     observed_session_write(session, recorded, conversation)
     assert written == rows(session)
     assert len(written) == 6 and sum(1 for row in written if row[2] != "live") == 2
+
+
+def test_it_writes_after_each_call_the_rows_a_rewrite_from_every_request_writes(gateway_url, alice_token, observed,
+                                                                               provider) -> None:
+    # Each call walks only its own request, continuing from the rows the previous call
+    # derived; what it leaves must be what deriving them from every request leaves,
+    # through a tool output the agent shortens, an exchange it drops, and messages
+    # it sends again after leaving them out once.
+    provider.responder = lambda body: Answer(f"Reply {len(body['messages'])}.")
+    output = "line of build output\n" * 200
+    call_message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "make"}'}}]}
+    steps: list[list[dict]] = []
+    base: list[dict] = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Build it."},
+                        call_message, {"role": "tool", "tool_call_id": "call_1", "content": output}]
+    steps.append(base)
+    steps.append([*base, {"role": "assistant", "content": "Reply 4."}, {"role": "user", "content": "Again."}])
+    shortened = {"role": "tool", "tool_call_id": "call_1",
+                 "content": output[:200] + "\n[output shortened: full text in /tmp/out-1.txt]"}
+    steps.append([*base[:3], shortened, {"role": "assistant", "content": "Reply 4."},
+                  {"role": "user", "content": "Again."}, {"role": "assistant", "content": "Reply 6."},
+                  {"role": "user", "content": "Note A."}])
+    # A system prompt changed for one request and back: the first one is live again.
+    steps.append([{"role": "system", "content": "Be brief, now."}, {"role": "user", "content": "Again."},
+                  {"role": "assistant", "content": "Reply 6."}, {"role": "user", "content": "Third."}])
+    steps.append([base[0], {"role": "user", "content": "Again."}, {"role": "assistant", "content": "Reply 6."},
+                  {"role": "user", "content": "Note A."}, {"role": "user", "content": "Third."},
+                  {"role": "assistant", "content": "Reply 4."}, {"role": "user", "content": "Fourth."}])
+
+    def rows(session: AgentSession) -> list[tuple]:
+        return list(SessionMessage.objects.filter(session=session).order_by("seq").values_list(
+            "message_id", "seq", "role", "status", "content", "current_content", "truncated_stage",
+            "truncated_turn", "compacted_turn", "summary_version", "fate"))
+
+    def turns(session: AgentSession) -> list[tuple]:
+        return list(Turn.objects.filter(session=session).order_by("number").values_list(
+            "number", "trigger", "outcome", "payload", "used_tokens", "compacted_count", "trace"))
+
+    def state(session: AgentSession) -> tuple:
+        session.refresh_from_db()
+        return (rows(session), turns(session), session.messages_count, session.live_count, session.turns_count,
+                session.tokens_used, sorted(session.offloaded_files.values_list("path", "stage", "bytes")),
+                sorted(session.summary_versions.values_list("version", "text", "compacted_ids")))
+
+    for messages in steps:
+        answer = _post(gateway_url, alice_token, {"model": "gpt-4o", "messages": messages},
+                       **{"X-ContextLab-Session": "one-run"})
+        assert answer.status_code == 200
+        session = AgentSession.objects.get(pk=answer.headers["X-ContextLab-Session"])
+        recorded = [observe_gateway._recorded_request(seq, c) for seq, c in
+                    enumerate(ObservedCall.objects.filter(status_code=200).order_by("pk"), start=1)]
+        # Rewritten beside it, in a session of its own: rewriting this one would make
+        # the next call write every row again, and test nothing.
+        beside = AgentSession.objects.create(owner=session.owner, profile=session.profile, title="beside",
+                                             tokens_window=session.tokens_window,
+                                             tokens_threshold=session.tokens_threshold)
+        observed_session_write(beside, recorded, ObservedCall.objects.order_by("pk").last().conversation)
+        written = state(session)
+        assert written == state(beside)
+        beside.delete()
+    assert len(written[1]) == len(steps) and written[2] > written[3] > 0
+    [tool] = [row for row in written[0] if row[0] == "tool:call_1"]
+    assert "output shortened" in json.dumps(tool[5]) and "output shortened" not in json.dumps(tool[4])
+    [system] = [row for row in written[0] if row[2] == "system" and "Be brief." in json.dumps(row[4])]
+    assert system[3] == "live"

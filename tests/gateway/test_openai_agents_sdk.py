@@ -11,9 +11,9 @@ import json
 import pytest
 from openai import AsyncOpenAI
 
-from contextlab import providers
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions import services
+from contextlab.support import providers
 from tests.gateway.responses_upstream import Reply, Request, ResponsesUpstream, function_call, text
 
 agents = pytest.importorskip("agents")

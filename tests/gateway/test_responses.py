@@ -15,10 +15,10 @@ import openai
 import pytest
 from openai import OpenAI
 
-from contextlab import providers
 from contextlab.gateway.models import GatewayExchange, ObservedCall, UpstreamProvider
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.support import providers
 from tests.gateway.responses_upstream import (
     Failure,
     Reply,
@@ -314,20 +314,66 @@ def test_it_continues_a_managed_session_and_answers_errors_in_openais_shape(clie
     assert session.turns_count == 2
 
 
-def test_it_says_so_when_the_provider_holds_the_earlier_context(client, responses_upstream, big_profile):
+def test_it_manages_what_a_previous_response_id_call_carries_in_the_session_of_its_chain(
+        client, responses_upstream, big_profile):
     _route(big_profile, responses_upstream, UpstreamProvider.Mode.MANAGE)
-    first = client.responses.create(model="gpt-5", prompt_cache_key="task-7", instructions="Be brief.",
-                                    input="Start the migration of the billing tables.")
-    client.responses.create(model="gpt-5", prompt_cache_key="task-7", previous_response_id=first.id,
-                            input="go on")
-    client.responses.create(model="gpt-5", previous_response_id="resp_elsewhere", input="and then?")
-    started, continued, elsewhere = GatewayExchange.objects.order_by("created")
-    assert started.managed and not continued.managed and not elsewhere.managed
+    responses_upstream.responder = scripted(
+        Reply([function_call("run_tests", {}, call_id="call_t")]), Reply([text("One test fails.")]),
+        Reply([text("Fixed.")]))
+    log = "".join(f"test_{i:04d} PASSED in tests/test_billing.py line {i}\n" for i in range(3_000))
+    first = client.responses.create(model="gpt-5", instructions="Be brief.", input="Run the billing tests.",
+                                    tools=[{"type": "function", "name": "run_tests", "parameters": {}}])
+    second = client.responses.create(model="gpt-5", previous_response_id=first.id, instructions="Be brief.",
+                                     input=[{"type": "function_call_output", "call_id": "call_t", "output": log}])
+    client.responses.create(model="gpt-5", previous_response_id=second.id, instructions="Be brief.",
+                            input="fix it")
+    started, continued, fixed = GatewayExchange.objects.order_by("created")
+    assert [(e.managed, e.identity) for e in (started, continued, fixed)] == [
+        (True, "new"), (True, "chained"), (True, "chained")]
+    # The chain resolved from what the gateway forwarded: one session, each call a turn of it.
+    session = started.session
+    assert continued.session == fixed.session == session
+    assert (continued.turn_number, fixed.turn_number) == (2, 3)
+    assert started.response_id == first.id and continued.response_id == second.id
+    assert "which this session recorded" in continued.error
     assert "the provider holds the conversation before it" in continued.error
-    assert responses_upstream.posts[1].body["previous_response_id"] == first.id
-    # The session the agent named by its key shows the call and why it was not managed.
-    assert continued.session == started.session and continued.turn_number is None
-    assert elsewhere.session is None
+    # Only what the request carried went upstream, with the chain it continues; the engine cut the
+    # large tool output as it cuts any (the provider never saw the session's earlier messages again).
+    sent = responses_upstream.posts[1].body
+    assert sent["previous_response_id"] == first.id
+    assert [i["type"] for i in sent["input"]] == ["function_call_output"]
+    assert sent["input"][0]["call_id"] == "call_t" and len(sent["input"][0]["output"]) < len(log) // 2
+    assert "to read more" in sent["input"][0]["output"]
+    # A string input goes as the one user message item it stands for.
+    assert responses_upstream.posts[2].body["input"] == [{"type": "message", "role": "user", "content": "fix it"}]
+    # The call and its output paired in the session; the reply of each turn recorded.
+    roles = list(session.messages.order_by("seq").values_list("role", flat=True))
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+
+
+def test_it_shows_unknown_item_types_in_the_turns_flow_and_sends_them_as_they_came(
+        client, responses_upstream, big_profile):
+    _route(big_profile, responses_upstream, UpstreamProvider.Mode.MANAGE)
+    mystery = {"type": "ghost_note", "id": "gn_1", "payload": {"keep": ["me", 1]}}
+    items = [{"role": "user", "content": "What did the note say?"}, mystery]
+    client.responses.create(model="gpt-5", input=items)
+    exchange = GatewayExchange.objects.get()
+    assert exchange.managed and exchange.error == ""
+    assert responses_upstream.posts[0].body["input"][1] == mystery
+    turn = exchange.session.turns.get()
+    step = next(s for s in turn.trace["steps"] if s["step"] == "unknown_content")
+    assert step["outcome"] == "kept verbatim, unread: unknown ghost_note"
+    assert step["details"]["unknown"] == [{"type": "ghost_note", "at": "input[1]"}]
+
+
+def test_it_says_so_when_a_managed_chain_starts_outside_contextlab(client, responses_upstream, big_profile):
+    _route(big_profile, responses_upstream, UpstreamProvider.Mode.MANAGE)
+    client.responses.create(model="gpt-5", previous_response_id="resp_elsewhere", input="and then?")
+    exchange = GatewayExchange.objects.get()
+    assert exchange.managed and exchange.identity == "new" and exchange.session is not None
+    assert "never forwarded (the chain starts outside ContextLab)" in exchange.error
+    assert responses_upstream.posts[0].body["previous_response_id"] == "resp_elsewhere"
+    assert [i.get("role") for i in responses_upstream.posts[0].body["input"]] == ["user"]
 
 
 def test_it_relays_each_event_as_it_comes_under_daphne(tmp_path, responses_upstream):

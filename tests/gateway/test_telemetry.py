@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from contextlab import telemetry
+from contextlab.support import telemetry
 from tests.gateway.provider import Error
 from tests.telemetry.collector import Collector
 

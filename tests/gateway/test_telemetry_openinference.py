@@ -20,7 +20,7 @@ from openinference.semconv.trace import (
 )
 from opentelemetry.trace import StatusCode
 
-from contextlab import telemetry
+from contextlab.support import telemetry
 from tests.gateway.provider import Answer, scripted
 from tests.telemetry.collector import Collector
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from contextlab import telemetry
+from contextlab.support import telemetry
 from tests.telemetry.collector import Collector
 
 MESSAGES = [{"role": "system", "content": "You are a build agent."}, {"role": "user", "content": "Build it."}]

@@ -54,13 +54,14 @@ def tool_session(alice_session: AgentSession) -> AgentSession:
 
 @pytest.fixture
 def compacted_session(alice_session: AgentSession) -> AgentSession:
-    """Eight build rounds, a preference up front, and one compaction: the archive holds the head."""
+    """Fourteen build rounds, a preference up front, and one compaction: the archive holds the head."""
     from tests.conversations import answer, tool_turn
 
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "I prefer tabs over spaces in every Python file."},
         {"role": "assistant", "content": "Noted: tabs."}]
-    for i in range(1, 9):
+    # Enough rounds that CoPaw's own estimate would compact too (the contextlab policy waits for it).
+    for i in range(1, 15):
         messages += [*tool_turn(i, output_bytes=1_400), answer(i)]
     messages.append({"role": "user", "content": "Now write the release notes."})
     services.messages_append(session=alice_session, messages=messages)

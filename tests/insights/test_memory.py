@@ -7,7 +7,7 @@ import datetime as dt
 from django.urls import reverse
 from django.utils import timezone
 
-from contextlab.engine.memory import MemoryNotes, append_daily_note
+from contextlab.engine.memory.long_term import MemoryNotes, append_daily_note
 from tests.insights.conftest import XSS
 
 AGENT_MEMORY = "# Long-term memory\n\n## Preferences\n- I like short commit messages\n"
@@ -75,7 +75,7 @@ def test_consolidating_with_htmx_answers_the_diff_at_once(alice_client, alice_se
 def test_the_history_shows_every_consolidation(alice_client, alice_session):
     workspace = alice_session.workspace
     (workspace / "MEMORY.md").write_text(AGENT_MEMORY, encoding="utf-8")
-    from contextlab.engine.memory import consolidate
+    from contextlab.engine.memory.long_term import consolidate
 
     day = dt.date(2026, 3, 2)
     append_daily_note(workspace, MemoryNotes(["Always use UTC in logs"]), day=day,

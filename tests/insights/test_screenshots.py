@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from contextlab.engine.memory import MemoryNotes, append_daily_note, consolidate
+from contextlab.engine.memory.long_term import MemoryNotes, append_daily_note, consolidate
 from contextlab.insights import services as insights
 from contextlab.sessions import services
 from tests.conversations import answer, tool_turn

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from channels.layers import get_channel_layer
 
-from contextlab import jobs, live
 from contextlab.celery import app
+from contextlab.support import jobs, live
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from contextlab import jobs
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage
 from contextlab.sessions.services import runs
+from contextlab.support import jobs
 from tests.conversations import answer, tool_turn
 from tests.fakellm import FakeLLM, Reply, Sleep, Status
 from tests.invariants import assert_nothing_lost

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from contextlab import jobs
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage
+from contextlab.support import jobs
 from tests.conversations import answer, tool_turn
 from tests.fakellm import FakeLLM, Gate, Reply
 from tests.jobs.test_compaction_job import SUMMARY, _fill, _llm_profile, _use_profile

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import call_command
 
-from contextlab.engine.memory import MemoryNotes, append_daily_note
+from contextlab.engine.memory.long_term import MemoryNotes, append_daily_note
 from contextlab.sessions import services
 from contextlab.sessions.tasks import consolidate_memory
 

@@ -11,9 +11,9 @@ import time
 import pytest
 from django.utils import timezone
 
-from contextlab import jobs
 from contextlab.celery import app, task
 from contextlab.sessions.models import CompactionRun
+from contextlab.support import jobs
 from tests.conversations import REPO, answer, tool_turn
 
 beats: list[str] = []

@@ -6,8 +6,8 @@ import threading
 import pytest
 from django.db import transaction
 
-from contextlab import jobs
 from contextlab.celery import task
+from contextlab.support import jobs
 
 ran: list[tuple[str, tuple[object, ...], bool]] = []
 

@@ -9,12 +9,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
 from django.utils import timezone
 
-from contextlab import jobs
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.engine.importers import load_transcript
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage, Turn
 from contextlab.sessions.services import imports, runs
+from contextlab.support import jobs
 from tests.conversations import DEMO_CONVERSATION
 from tests.invariants import assert_nothing_lost
 
@@ -43,15 +43,15 @@ def test_it_replays_in_the_background_and_reports_progress(alice, demo_profile, 
     session.refresh_from_db()
     assert run.status == CompactionRun.Status.DONE and run.outcome == "imported"
     assert session.status == AgentSession.Status.ACTIVE
-    assert Turn.objects.filter(session=session).count() == 9
-    assert session.messages_count == 18
+    assert Turn.objects.filter(session=session).count() == 15
+    assert session.messages_count == 31
     assert_nothing_lost(session)
     # The uploaded copy is gone once it is imported.
     assert not runs.import_source_dir(session.pk).exists()
 
     updates = [e for e in page.events() if e["type"] == "run.update"]
     assert updates[-1]["run"]["status"] == "done"
-    assert updates[-1]["done"] == updates[-1]["total"] == 18
+    assert updates[-1]["done"] == updates[-1]["total"] == 31
     progress = [e["done"] for e in updates if "done" in e]
     assert progress == sorted(progress)
 
@@ -112,8 +112,8 @@ def test_it_starts_again_from_scratch_when_an_import_is_retried(alice, demo_prof
     CompactionRun.objects.filter(pk=run.pk).update(status="running", started=timezone.now())
     assert services.transcript_import_work(run_id=run.pk) == "done"
     session.refresh_from_db()
-    assert session.messages_count == 18
-    assert Turn.objects.filter(session=session).count() == 9
+    assert session.messages_count == 31
+    assert Turn.objects.filter(session=session).count() == 15
     assert_nothing_lost(session)
 
 

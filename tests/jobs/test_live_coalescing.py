@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from contextlab import live
+from contextlab.support import live
 
 
 def test_it_sends_the_first_at_once_and_only_the_latest_of_a_burst(viewer):

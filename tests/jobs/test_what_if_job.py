@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from contextlab import jobs
 from contextlab.sessions import services
 from contextlab.sessions.models import WhatIfRun
+from contextlab.support import jobs
 from tests.dashboard.conftest import work
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,10 +13,14 @@ import json
 from contextlab.engine.compactors.base import SummaryFailed, SummaryRequest
 from contextlab.engine.compactors.constrained import summary_grammar
 from contextlab.engine.compactors.openai_compat import OpenAICompactor
+from contextlab.engine.core.profile import Profile
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.profile import Profile
-from contextlab.engine.prompts import SECTION_HEADINGS, SUBSECTION_HEADINGS, build_summary_messages
-from contextlab.engine.validity import check_summary, normalize_summary
+from contextlab.engine.stages.summary.prompts import (
+    SECTION_HEADINGS,
+    SUBSECTION_HEADINGS,
+    build_summary_messages,
+)
+from contextlab.engine.stages.summary.validity import check_summary, normalize_summary
 from tests.engine.sessions import assistant, tool_round, user
 from tests.real_llm.server import CONTEXT_TOKENS, PREDICT_TOKENS, RecordingProxy
 

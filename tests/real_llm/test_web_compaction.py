@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from contextlab import jobs
-from contextlab.engine.validity import check_summary, normalize_summary
+from contextlab.engine.stages.summary.validity import check_summary, normalize_summary
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, CompactionRun, SessionMessage
+from contextlab.support import jobs
 from tests.conversations import answer, log_output, tool_turn
 from tests.gateway.provider import tool_loop
 from tests.invariants import assert_nothing_lost

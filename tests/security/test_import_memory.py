@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from contextlab.engine.errors import ContextLabError
-from contextlab.engine.tokens import get_encoding
+from contextlab.engine.core.errors import ContextLabError
+from contextlab.engine.core.tokens import get_encoding
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, SessionMessage
 

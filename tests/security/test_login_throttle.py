@@ -23,7 +23,7 @@ import pytest
 from django.contrib.auth import authenticate
 from django.test import Client, RequestFactory
 
-from contextlab import ratelimit
+from contextlab.support import ratelimit
 
 REPO = Path(__file__).resolve().parents[2]
 REFUSED = "Too many failed logins for this account or from this address"

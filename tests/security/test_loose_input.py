@@ -14,8 +14,8 @@ from django.contrib.auth.models import AnonymousUser, User
 from contextlab.dashboard.routing import websocket_urlpatterns
 from contextlab.engine import ContextManager
 from contextlab.engine.convert import from_openai
-from contextlab.engine.errors import InvalidProfile, MalformedInput
-from contextlab.engine.profile import Profile
+from contextlab.engine.core.errors import InvalidProfile, MalformedInput
+from contextlab.engine.core.profile import Profile
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
 from tests.conversations import answer, tool_turn

@@ -10,10 +10,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from contextlab.engine.archive import ArchiveLocation, DialogArchive
-from contextlab.engine.errors import MalformedInput
-from contextlab.engine.paths import UnsafePath, workspace_path
-from contextlab.engine.truncation import OffloadStore
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.core.paths import UnsafePath, workspace_path
+from contextlab.engine.stages.archive import ArchiveLocation, DialogArchive
+from contextlab.engine.stages.truncation import OffloadStore
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, OffloadedFile
 from tests.security.conftest import members, zipped

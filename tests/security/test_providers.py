@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from contextlab import jobs, providers
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, CompactionRun
+from contextlab.support import jobs, providers
 from tests.conversations import answer, tool_turn
 from tests.fakellm import FakeLLM, Reply, Status
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from contextlab import ratelimit
+from contextlab.support import ratelimit
 
 
 def _gateway(client: Client, token: str, path: str = "/v1/models"):

@@ -8,8 +8,8 @@ session's answers.
 
 from __future__ import annotations
 
-from contextlab.engine.profile import POLICIES
-from contextlab.engine.trace import OUTCOMES
+from contextlab.engine.core.profile import POLICIES
+from contextlab.engine.core.trace import OUTCOMES
 from contextlab.sessions.models import PROFILE_KNOBS
 from tests.conversations import answer, tool_turn
 

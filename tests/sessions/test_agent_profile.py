@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from django.core.exceptions import ValidationError
 
-from contextlab.engine.profile import BOUNDS, Profile
+from contextlab.engine.core.profile import BOUNDS, Profile
 from contextlab.sessions.models import OPERATOR_KNOBS, PROFILE_KNOBS, AgentProfile
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from contextlab.engine.errors import MalformedInput
+from contextlab.engine.core.errors import MalformedInput
 from contextlab.sessions import services
 from contextlab.sessions.models import CompactionRun, SessionMessage
 from contextlab.sessions.services.persistence import stored_live_ids

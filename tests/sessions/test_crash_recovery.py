@@ -48,7 +48,7 @@ CHILD = textwrap.dedent('''
     from django.contrib.auth.models import User
     from django.core.management import call_command
 
-    from contextlab.engine.archive import DialogArchive
+    from contextlab.engine.stages.archive import DialogArchive
     from contextlab.engine.hook import ContextManager
     from contextlab.sessions import services
     from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion, Turn

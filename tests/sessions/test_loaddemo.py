@@ -35,7 +35,7 @@ def test_it_creates_the_demo_user_and_a_session_with_compactions(embedded, tmp_p
     assert "password 'demo'" in output
     user = User.objects.get(username="demo")
     assert user.check_password("demo")
-    session = AgentSession.objects.get(owner=user)
+    session = AgentSession.objects.get(owner=user, title="Demo: demo_conversation.json")
     assert session.profile.max_input_length == 4_000
     assert session.compactions_count >= 1
     assert session.status == "active"
@@ -46,13 +46,14 @@ def test_it_is_idempotent(embedded, tmp_path):
     output = _run(corpus=str(tmp_path))
     assert "already there" in output
     assert User.objects.filter(username="demo").count() == 1
-    assert AgentSession.objects.count() == 1
+    # The demo session (the shipped conversation, contextlab policy) and the same conversation under copaw.
+    assert sorted(AgentSession.objects.values_list("profile__policy", flat=True)) == ["contextlab", "copaw"]
 
 
 @pytest.mark.skipif(not TAU_BENCH.exists(), reason="the shared corpus is not present")
 def test_it_imports_the_tau_bench_transcript_when_the_corpus_is_there(embedded):
     _run(corpus=str(CORPUS))
-    session = AgentSession.objects.get()
+    session = AgentSession.objects.get(title__startswith="Demo: ")
     assert session.source["format"] == "tau_bench"
     assert session.compactions_count >= 1
 
@@ -61,7 +62,7 @@ def test_it_gives_the_demo_session_to_an_existing_owner_without_creating_a_login
     output = _run(corpus=str(tmp_path), owner="alice")
     assert "log in as alice" in output
     assert not User.objects.filter(username="demo").exists()
-    session = AgentSession.objects.get()
+    session = AgentSession.objects.get(title__startswith="Demo: ")
     assert session.owner == alice
     assert session.compactions_count >= 1
     assert "already there" in _run(corpus=str(tmp_path), owner="alice")

@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from contextlab.engine.errors import InvalidMessages, MalformedInput
+from contextlab.engine.core.errors import InvalidMessages, MalformedInput
 from contextlab.sessions import services
 from contextlab.sessions.models import OffloadedFile, SessionMessage
 from contextlab.sessions.services.persistence import stored_live_ids

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextlab.engine.errors import MalformedInput
+from contextlab.engine.core.errors import MalformedInput
 from contextlab.lib.blocks import first_text
 from contextlab.sessions import services
 from contextlab.sessions.models import SessionMessage, Turn

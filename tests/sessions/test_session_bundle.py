@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from contextlab.engine.errors import MalformedInput
+from contextlab.engine.core.errors import MalformedInput
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, SessionMessage
 from tests.conversations import answer, tool_turn

@@ -27,9 +27,10 @@ def test_it_returns_the_payload_and_persists_the_turn(alice_session):
 
 def test_it_compacts_when_the_window_fills_and_loses_nothing(alice_session):
     outcomes = []
+    # Outputs large enough that CoPaw's own estimate, which the policy waits for, fires too.
     for i in range(1, 13):
         services.messages_append(session=alice_session, messages=[*([answer(i - 1)] if i > 1 else []),
-                                                                 *tool_turn(i, output_bytes=1_200)])
+                                                                 *tool_turn(i, output_bytes=2_000)])
         _, trace = services.session_prepare(session=alice_session)
         outcomes.append(trace["outcome"])
         assert_nothing_lost(alice_session)

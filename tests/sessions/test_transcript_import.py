@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, Turn
 from tests.conversations import DEMO_CONVERSATION, TAU_BENCH
@@ -25,10 +25,10 @@ def test_it_replays_a_transcript_turn_by_turn(alice, demo_profile):
     assert session.source["format"] == "openai_messages"
     assert session.system_prompt.startswith("You are a coding agent")
     # A turn ends before each assistant message, plus the final one.
-    assistants = 8
+    assistants = 14
     assert Turn.objects.filter(session=session).count() == assistants + 1
     session.refresh_from_db()
-    assert session.messages_count == 18
+    assert session.messages_count == 31
     assert session.messages.filter(truncated_stage__isnull=False).exists()
     assert session.compactions_count >= 1
     assert_nothing_lost(session)
@@ -38,7 +38,7 @@ def test_it_imports_an_uploaded_file(alice, small_profile):
     upload = SimpleUploadedFile("demo.json", DEMO.read_bytes(), content_type="application/json")
     session = services.transcript_import(owner=alice, upload=upload, profile=small_profile)
     assert session.title == "demo.json"
-    assert session.turns_count == 9
+    assert session.turns_count == 15
     assert session.source["file"] == "demo.json"
 
 

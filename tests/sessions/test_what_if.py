@@ -82,7 +82,7 @@ def test_it_caps_the_turns_it_replays(alice, eight_turns, settings):
 
 def test_it_refuses_another_owners_session(alice, bob, eight_turns):
     bobs = services.profile_create(owner=bob, name="bobs", knobs={})
-    from contextlab.engine.errors import InvalidProfile
+    from contextlab.engine.core.errors import InvalidProfile
 
     with pytest.raises(InvalidProfile):
         services.whatif_start(profile=bobs, session=eight_turns, values=bobs.recorded_values(), by=bob)

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from contextlab import telemetry
+from contextlab.support import telemetry
 from tests.telemetry.collector import Collector
 
 

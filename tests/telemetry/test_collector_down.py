@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from contextlab import telemetry
+from contextlab.support import telemetry
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contextlab import telemetry
 from contextlab.sessions import services
+from contextlab.support import telemetry
 from tests.conversations import answer, tool_turn
 
 STEPS = {"contextlab.gate", "contextlab.tool_result_compaction", "contextlab.context_check", "contextlab.result"}

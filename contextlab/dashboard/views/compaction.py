@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from contextlab.dashboard import fragments
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.lib import textsafe
 from contextlab.lib.blocks import first_text
 from contextlab.sessions import services

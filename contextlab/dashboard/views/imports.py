@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession, CompactionRun
 

@@ -16,7 +16,7 @@ from contextlab.dashboard.announce import profile_announce
 from contextlab.dashboard.forms import ProfileForm, derived_numbers
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest
 from contextlab.dashboard.views.what_if import what_if_context
-from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.core.errors import InvalidProfile
 from contextlab.sessions.models import AgentProfile
 
 FORM = "dashboard/profile_form.html"

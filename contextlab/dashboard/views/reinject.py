@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from contextlab.dashboard.search import SearchResult
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest, session_for_user
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, SessionMessage
 from contextlab.sessions.services.reinject import reinjectable

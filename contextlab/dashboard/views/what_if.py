@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from contextlab.dashboard.forms import ProfileForm
 from contextlab.dashboard.views.common import AuthenticatedHttpRequest
-from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.core.errors import InvalidProfile
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession, ProfileVersion, WhatIfRun
 from contextlab.sessions.services.what_if import max_turns

@@ -17,7 +17,7 @@ from contextlab.engine.compactors.base import (
     SummaryResult,
 )
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
-from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.core.errors import InvalidProfile
 
 COMPACTOR_KINDS: tuple[str, ...] = ("extractive", "openai")
 

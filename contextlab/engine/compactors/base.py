@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from contextlab.engine.ansi import strip_ansi, without_ansi
-from contextlab.engine.errors import CompactorFailed
-from contextlab.engine.messages import Message
+from contextlab.engine.core.ansi import strip_ansi, without_ansi
+from contextlab.engine.core.errors import CompactorFailed
+from contextlab.engine.core.messages import Message
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from contextlab.engine.profile import CONSTRAINED_OUTPUTS
-from contextlab.engine.prompts import SECTION_HEADINGS, SECTION_IDS, SUBSECTION_HEADINGS, SUBSECTION_IDS
+from contextlab.engine.core.profile import CONSTRAINED_OUTPUTS
+from contextlab.engine.stages.summary.prompts import (
+    SECTION_HEADINGS,
+    SECTION_IDS,
+    SUBSECTION_HEADINGS,
+    SUBSECTION_IDS,
+)
 
 __all__ = ["CONSTRAINED_OUTPUTS", "render_json_summary", "request_options", "summary_grammar", "summary_schema"]
 

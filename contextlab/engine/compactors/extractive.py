@@ -25,9 +25,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from contextlab.engine.compactors.base import SummaryRequest, SummaryResult
-from contextlab.engine.identifiers import LINE_LEADS as IDENTIFIER_LINE_LEADS
-from contextlab.engine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from contextlab.engine.prompts import (
+from contextlab.engine.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from contextlab.engine.memory.working import SENTENCE_BREAK
+from contextlab.engine.stages.summary.identifiers import LINE_LEADS as IDENTIFIER_LINE_LEADS
+from contextlab.engine.stages.summary.prompts import (
     SECTION_IDS,
     SUBSECTION_IDS,
     TRUNCATION_MARKER,
@@ -35,8 +36,7 @@ from contextlab.engine.prompts import (
     heading_id,
     resolve_language,
 )
-from contextlab.engine.validity import split_sections
-from contextlab.engine.working_memory import SENTENCE_BREAK
+from contextlab.engine.stages.summary.validity import split_sections
 
 # Bullets kept per section, newest last. The goal keeps its first bullet (the
 # original ask) on top of these.

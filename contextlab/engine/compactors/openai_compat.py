@@ -21,9 +21,9 @@ import openai
 
 from contextlab.engine.compactors.base import SummaryFailed, SummaryRequest, SummaryResult
 from contextlab.engine.compactors.constrained import CONSTRAINED_OUTPUTS, render_json_summary, request_options
-from contextlab.engine.errors import CompactorFailed, InvalidProfile
-from contextlab.engine.prompts import TextCounter, build_summary_messages, resolve_language
-from contextlab.engine.validity import normalize_summary
+from contextlab.engine.core.errors import CompactorFailed, InvalidProfile
+from contextlab.engine.stages.summary.prompts import TextCounter, build_summary_messages, resolve_language
+from contextlab.engine.stages.summary.validity import normalize_summary
 
 if TYPE_CHECKING:
     import httpx2
@@ -59,7 +59,7 @@ class OpenAICompactor:
     ) -> None:
         """``api_key_env`` names the environment variable holding the key (None or "" for
         endpoints without authentication); an ``api_key`` given by the caller wins over it
-        and names no variable (a server resolves keys itself, see contextlab.providers).
+        and names no variable (a server resolves keys itself, see contextlab.support.providers).
         ``retries`` counts extra attempts; ``retry_backoff`` is the first pause between
         attempts, doubled each time. ``max_tokens`` bounds the reply (None: the server's own
         limit); ``constrained_output`` is "off", "grammar" or "json_schema" (see constrained.py)."""

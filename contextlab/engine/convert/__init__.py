@@ -12,8 +12,8 @@ from typing import Any, Literal
 from contextlab.engine.convert.agentscope import from_agentscope, to_agentscope
 from contextlab.engine.convert.anthropic import from_anthropic, to_anthropic
 from contextlab.engine.convert.openai import from_openai, to_openai
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.messages import Message
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import Message
 
 MessageFormat = Literal["openai", "anthropic", "agentscope"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.messages import MediaBlock, ResultPart, TextBlock, ToolUseBlock
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import MediaBlock, ResultPart, TextBlock, ToolUseBlock
 
 MediaParser = Callable[[Mapping[str, Any], str], MediaBlock]
 

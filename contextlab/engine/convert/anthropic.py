@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from contextlab.engine.convert._blocks import block_type, parse_result_output, parse_tool_use, str_field
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.messages import (
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import (
     Block,
     MediaBlock,
     Message,

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextlab.engine.convert._blocks import str_field
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.messages import (
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import (
     Block,
     MediaBlock,
     Message,
@@ -32,7 +32,7 @@ from contextlab.engine.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from contextlab.engine.unicode import repaired
+from contextlab.engine.core.unicode import repaired
 
 HINTS_KEY = "openai"
 

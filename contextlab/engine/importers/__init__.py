@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from contextlab.engine.errors import MalformedInput
+from contextlab.engine.core.errors import MalformedInput
 from contextlab.engine.importers import (
     chat_request,
     claude_code,

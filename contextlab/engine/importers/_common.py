@@ -12,16 +12,17 @@ these without dropping any real content and says what it did in ``warnings``.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from contextlab.engine.errors import MalformedInput, UnknownFormat
-from contextlab.engine.messages import (
+from contextlab.engine.core.errors import MalformedInput, UnknownFormat
+from contextlab.engine.core.messages import (
     REPAIR_KEY,
     Block,
     Message,
@@ -31,8 +32,9 @@ from contextlab.engine.messages import (
     ToolUseBlock,
     check_sequence,
 )
-from contextlab.engine.schemas import check_tools
-from contextlab.engine.unicode import repaired
+from contextlab.engine.core.schemas import check_tools
+from contextlab.engine.core.unicode import repaired
+from contextlab.engine.importers.json_stream import JsonSyntaxError, StreamParser
 
 MAX_DEPTH = 200
 NO_RESULT_TEXT = "[no result was recorded for this call]"
@@ -138,39 +140,100 @@ def decode(raw: bytes) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
+# The most memory a parsed JSON document may take: honest transcripts of many
+# small fields take 1.7 to 2.6 times their size as Python objects (the shared
+# corpus), long texts about once; a document of tiny values ("[{},{},...]", "[0,0,...]")
+# takes 18 to 25 times, and is refused before it is built.
+PARSED_FACTOR = 4
+PARSED_SLACK = 16 * 1024 * 1024
+_PEEK = 64 * 1024
+
+
+def parsed_budget(size: int) -> tuple[int, str]:
+    """The most memory the parsed value of a ``size``-byte JSON file may take, and how it is set."""
+    return PARSED_FACTOR * size + PARSED_SLACK, f"{PARSED_FACTOR} × the file's {size:,} bytes + {PARSED_SLACK:,}"
+
+
 def read_source(path: str | Path) -> Source:
     file_path = Path(path)
     try:
-        mtime = dt.datetime.fromtimestamp(file_path.stat().st_mtime, tz=dt.UTC)
+        stat = file_path.stat()
+        mtime = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC)
         with file_path.open("rb") as fh:
             source = Source(
                 path=str(file_path),
-                kind="jsonl",
+                kind="json",
                 mtime=mtime.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             )
-            # JSON Lines are parsed as they are read: the import holds the parsed
-            # records and one line, never the file's bytes, its text and its lines
-            # all at once besides them.
-            if _read_jsonl(fh, source):
-                return source
+            # Nothing is read whole: a JSON document is parsed as it is read, JSON
+            # Lines and event streams a line at a time, so the import holds the
+            # parsed values and one piece of the file, never the file's bytes
+            # and its text besides them.
+            first = _first_char(fh)
             fh.seek(0)
-            raw = fh.read()
+            if not first:
+                raise MalformedInput("the file is empty", field="file")
+            if first in b"[{":
+                _read_json_or_lines(fh, source, stat.st_size)
+                return source
+            head = fh.read(_PEEK).lstrip(b"\xef\xbb\xbf").lstrip()
+            fh.seek(0)
+            if head.startswith((b"event:", b"data:", b":")):
+                source.kind = "sse"
+                source.events = _parse_sse(_text_lines(fh), parsed_budget(stat.st_size))
+                return source
     except OSError as exc:
         raise MalformedInput(f"cannot read {file_path}: {exc.strerror or exc}", field="file") from None
-    text = decode(raw)
-    del raw
-    source.kind = "json"
-    stripped = text.lstrip()
-    if not stripped:
-        raise MalformedInput("the file is empty", field="file")
-    if stripped.startswith(("event:", "data:", ":")):
-        source.kind = "sse"
-        source.events = _parse_sse(text)
-        return source
-    if stripped[0] not in "[{":
-        raise unknown_format("the file is not JSON, JSON Lines or a server-sent event stream")
-    source.value = parse_json(text, "in the file")
-    return source
+    raise unknown_format("the file is not JSON, JSON Lines or a server-sent event stream")
+
+
+def _first_char(fh: BinaryIO) -> bytes:
+    """The first byte of ``fh`` that is not whitespace (or a byte order mark), b"" when there is none."""
+    start = True
+    while piece := fh.read(_PEEK):
+        if start:
+            piece, start = piece.removeprefix(b"\xef\xbb\xbf"), False
+        rest = piece.lstrip(b" \t\r\n")
+        if rest:
+            return rest[:1]
+    return b""
+
+
+def _read_json_or_lines(fh: BinaryIO, source: Source, size: int) -> None:
+    """One JSON document, or JSON Lines (a complete value on the first line, more on later lines)."""
+    budget, budget_text = parsed_budget(size)
+    parser = StreamParser(fh, budget=budget, budget_text=budget_text, where="in the file")
+    try:
+        parser.at_end()  # past leading blank lines, to the line the value starts on
+        start = parser.line()
+        value = parser.value()
+        one_line = parser.line() == start and not parser.next_on_same_line()
+        if parser.at_end():
+            source.value = repaired(value)
+            return
+        if not one_line:
+            raise parser.extra_data()
+        del value
+        fh.seek(0)
+        if _read_jsonl(fh, source):
+            source.kind = "jsonl"
+            return
+        fh.seek(0)
+        parser = StreamParser(fh, where="in the file")
+        parser.value()
+        parser.at_end()
+        raise parser.extra_data()
+    except JsonSyntaxError as exc:
+        raise MalformedInput(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                             field="file") from None
+
+
+def _text_lines(fh: BinaryIO) -> Iterator[str]:
+    """The decoded lines of ``fh`` without their line breaks, one at a time."""
+    offset = 0
+    for n, raw_line in enumerate(fh):
+        yield _decoded_line(raw_line, offset, bom=n == 0)
+        offset += len(raw_line)
 
 
 def _read_jsonl(fh: BinaryIO, source: Source) -> bool:
@@ -216,22 +279,41 @@ def _is_jsonl(first_line: str) -> bool:
     return True
 
 
-def _parse_sse(text: str) -> list[SseEvent]:
+def _event_data(payload: str, where: str, first_line: int, budget: tuple[int, str], spent: int) -> tuple[Any, int]:
+    """An event's JSON data and what the file's events cost with it, within the file's budget."""
+    parser = StreamParser(io.BytesIO(payload.encode("utf-8", "surrogatepass")), budget=budget[0],
+                          budget_text=budget[1], where=where, spent=spent)
+    try:
+        value = parser.value()
+        if not parser.at_end():
+            raise parser.extra_data()
+    except JsonSyntaxError as exc:
+        raise MalformedInput(f"invalid JSON at line {exc.lineno + first_line - 1}, column {exc.colno}: {exc.msg}",
+                             field="file") from None
+    return repaired(value), parser.cost
+
+
+def _parse_sse(lines: Iterable[str], budget: tuple[int, str]) -> list[SseEvent]:
     events: list[SseEvent] = []
     name = ""
     data_lines: list[str] = []
     start = 0
+    spent = 0
 
     def flush() -> None:
+        nonlocal spent
         if not data_lines and not name:
             return
         payload = "\n".join(data_lines)
         where = f"in event {len(events)} (line {start})"
-        value = parse_json(payload, where, start + 1) if payload.strip() else None
+        value = None
+        if payload.strip():
+            value, spent = _event_data(payload, where, start + 1, budget, spent)
         events.append(SseEvent(index=len(events), line=start, event=name or "message", data=value))
 
-    # split("\n"), not splitlines(): JSON text may hold raw U+2028 and friends.
-    for number, raw_line in enumerate(text.split("\n"), start=1):
+    # Lines end at "\n" only, never at what splitlines() also takes: JSON text may
+    # hold raw U+2028 and friends.
+    for number, raw_line in enumerate(lines, start=1):
         line = raw_line.rstrip("\r")
         if not line:
             flush()

@@ -20,7 +20,8 @@ from typing import Any
 
 from contextlab.engine.convert.agentscope import normalise_timestamp
 from contextlab.engine.convert.anthropic import HINTS_KEY, parse_anthropic_blocks
-from contextlab.engine.errors import InvalidMessages
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import Block, Message, TextBlock, ToolResultBlock
 from contextlab.engine.importers._common import (
     Source,
     Timeline,
@@ -29,7 +30,6 @@ from contextlab.engine.importers._common import (
     numbered_ids,
     repaired_transcript,
 )
-from contextlab.engine.messages import Block, Message, TextBlock, ToolResultBlock
 
 FORMAT = "claude_code"
 _ENVELOPE_TYPES = frozenset(

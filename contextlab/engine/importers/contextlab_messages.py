@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from contextlab.engine.errors import ContextLabError, InvalidMessages
+from contextlab.engine.core.errors import ContextLabError, InvalidMessages
+from contextlab.engine.core.messages import ROLES, Message
 from contextlab.engine.importers._common import Source, Transcript, finish_transcript
-from contextlab.engine.messages import ROLES, Message
 
 FORMAT = "contextlab_messages"
 _KEYS = {"id", "role", "content", "timestamp", "metadata"}

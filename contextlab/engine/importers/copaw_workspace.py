@@ -14,7 +14,7 @@ What a workspace holds (the agent's ``~/.copaw/workspaces/<id>/``):
 
 The workspace alone does not say where one compaction's archive ends and the
 next begins; the agent's request log does. With the requests (``requests``),
-the observe inference (``contextlab.engine.observe``) gives each compaction its
+the observe inference (``contextlab.engine.observe.inference``) gives each compaction its
 request, trigger and turn, and the dialog lines are assigned to them in order.
 
 A zip is never trusted: member names are checked (no absolute paths, no ``..``,
@@ -36,9 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from contextlab.engine.errors import MalformedInput
-from contextlab.engine.observe import Observer, RecordedRequest, load_recorded_request
-from contextlab.engine.profile import LANGUAGES, Profile
+from contextlab.engine.core.errors import InputTooLarge, MalformedInput
+from contextlab.engine.core.profile import LANGUAGES, Profile
+from contextlab.engine.importers import json_stream
+from contextlab.engine.importers._common import parsed_budget
+from contextlab.engine.importers.json_stream import JsonSyntaxError
+from contextlab.engine.observe.inference import Observer, RecordedRequest, load_recorded_request
 
 MAX_MEMBERS = 20_000
 MAX_MEMBER_BYTES = 64 * 1024 * 1024
@@ -62,9 +65,29 @@ def _safe_member_name(name: str) -> PurePosixPath | None:
     return path
 
 
+@dataclass(frozen=True)
+class UnpackBudget:
+    """How much an archive may unpack to, each member and in all, and what sets each limit (for the messages).
+
+    A server passes limits tied to the upload's size, so that a small archive
+    cannot unpack into gigabytes that the import would then parse and hold.
+    """
+
+    member_bytes: int = MAX_MEMBER_BYTES
+    total_bytes: int = MAX_TOTAL_BYTES
+    member_text: str = "the limit for one member of an archive"
+    total_text: str = "the limit for an archive"
+
+
 def safe_extract(archive_path: Path, target: Path, *, max_members: int = MAX_MEMBERS,
-                 max_member_bytes: int = MAX_MEMBER_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES) -> list[str]:
-    """Extract regular files only, each within ``target``; returns the members skipped, with why."""
+                 budget: UnpackBudget | None = None) -> list[str]:
+    """Extract regular files only, each within ``target``; returns the members skipped, with why.
+
+    Members are unpacked one at a time in pieces, each piece counted against the
+    member's budget and the archive's before it is written.
+    """
+    budget = budget or UnpackBudget()
+    max_member_bytes, max_total_bytes = budget.member_bytes, budget.total_bytes
     skipped: list[str] = []
     total = 0
     try:
@@ -93,11 +116,11 @@ def safe_extract(archive_path: Path, target: Path, *, max_members: int = MAX_MEM
                     written += len(chunk)
                     total += len(chunk)
                     if written > max_member_bytes:
-                        raise MalformedInput(f"{info.filename} is larger than {max_member_bytes:,} bytes",
-                                             field="file")
+                        raise InputTooLarge(f"{info.filename} unpacks to more than {max_member_bytes:,} bytes "
+                                            f"({budget.member_text})", field="file")
                     if total > max_total_bytes:
-                        raise MalformedInput(f"the archive unpacks to more than {max_total_bytes:,} bytes",
-                                             field="file")
+                        raise InputTooLarge(f"the archive unpacks to more than {max_total_bytes:,} bytes "
+                                            f"({budget.total_text})", field="file")
                     sink.write(chunk)
     return skipped
 
@@ -114,8 +137,8 @@ def _root_holding(folder: Path, names: tuple[str, ...]) -> Path:
 
 
 @contextlib.contextmanager
-def opened_folder(path: str | Path, markers: tuple[str, ...]) -> Iterator[Path]:
-    """A folder to read: the folder itself, or a zip unpacked (safely) into a temporary one."""
+def opened_folder(path: str | Path, markers: tuple[str, ...], budget: UnpackBudget | None = None) -> Iterator[Path]:
+    """A folder to read: the folder itself, or a zip unpacked (safely, within ``budget``) into a temporary one."""
     source = Path(path)
     if source.is_dir():
         yield _root_holding(source, markers)
@@ -124,17 +147,24 @@ def opened_folder(path: str | Path, markers: tuple[str, ...]) -> Iterator[Path]:
         raise FileNotFoundError(2, "No such file or directory", str(source))
     scratch = Path(tempfile.mkdtemp(prefix="contextlab-import-"))
     try:
-        safe_extract(source, scratch)
+        safe_extract(source, scratch, budget=budget)
         yield _root_holding(scratch, markers)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _read_json(path: Path, what: str) -> Any:
+    """One JSON file, parsed as it is read within the memory budget of its size."""
+    size = path.stat().st_size
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedInput(f"{what} is not valid JSON: {exc}", field="file") from exc
+        with path.open("rb") as fh:
+            budget, budget_text = parsed_budget(size)
+            return json_stream.load(fh, where=f"in {what}", budget=budget, budget_text=budget_text)
+    except InputTooLarge:
+        raise
+    except (MalformedInput, JsonSyntaxError) as exc:
+        reason = exc.message if isinstance(exc, MalformedInput) else str(exc)
+        raise MalformedInput(f"{what} is not valid JSON: {reason}", field="file") from exc
 
 
 # -- the request log ---------------------------------------------------------------------------
@@ -150,6 +180,14 @@ def read_request_folder(folder: Path) -> list[RecordedRequest]:
         raise MalformedInput("the folder holds no chat-completions request (a JSON file with messages)",
                              field="file")
     return requests
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a text file as ``read_text().splitlines()`` gives them, read one at a time."""
+    with path.open("rb") as fh:
+        for raw in fh:
+            # Each piece ends at "\n", so splitting it alone splits as the whole text would.
+            yield from raw.decode("utf-8").splitlines()
 
 
 def observe_requests(requests: list[RecordedRequest]) -> Observer:
@@ -252,7 +290,7 @@ def read_workspace(folder: Path) -> CopawWorkspace:
     archived: list[dict[str, Any]] = []
     dialog = folder / "dialog"
     for path in sorted(dialog.glob("*.jsonl")) if dialog.is_dir() else []:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, line in enumerate(_lines(path), start=1):
             if not line.strip():
                 continue
             try:

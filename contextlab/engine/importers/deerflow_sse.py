@@ -19,15 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextlab.engine.convert.openai import parse_arguments
-from contextlab.engine.importers._common import (
-    Source,
-    SseEvent,
-    Timeline,
-    Transcript,
-    make_message,
-    repaired_transcript,
-)
-from contextlab.engine.messages import (
+from contextlab.engine.core.messages import (
     Block,
     Message,
     Role,
@@ -35,6 +27,14 @@ from contextlab.engine.messages import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+)
+from contextlab.engine.importers._common import (
+    Source,
+    SseEvent,
+    Timeline,
+    Transcript,
+    make_message,
+    repaired_transcript,
 )
 
 FORMAT = "deerflow_sse"

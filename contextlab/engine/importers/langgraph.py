@@ -15,9 +15,8 @@ from typing import Any
 
 from contextlab.engine.convert.agentscope import normalise_timestamp
 from contextlab.engine.convert.openai import parse_arguments
-from contextlab.engine.errors import InvalidMessages
-from contextlab.engine.importers._common import Source, Timeline, Transcript, finish_transcript, make_message
-from contextlab.engine.messages import (
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import (
     Block,
     MediaBlock,
     Message,
@@ -28,6 +27,7 @@ from contextlab.engine.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from contextlab.engine.importers._common import Source, Timeline, Transcript, finish_transcript, make_message
 
 FORMAT = "langgraph"
 _ROLES: dict[str, Role] = {

@@ -15,7 +15,8 @@ from contextlab.engine.convert import detect_message_format
 from contextlab.engine.convert.agentscope import parse_agentscope_msg
 from contextlab.engine.convert.anthropic import parse_anthropic_message
 from contextlab.engine.convert.openai import parse_openai_message
-from contextlab.engine.errors import InvalidMessages
+from contextlab.engine.core.errors import InvalidMessages
+from contextlab.engine.core.messages import Message
 from contextlab.engine.importers._common import (
     Source,
     Timeline,
@@ -24,7 +25,6 @@ from contextlab.engine.importers._common import (
     make_message,
     numbered_ids,
 )
-from contextlab.engine.messages import Message
 
 
 def _records(source: Source) -> list[tuple[int, Any]] | None:

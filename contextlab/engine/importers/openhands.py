@@ -16,6 +16,7 @@ from typing import Any
 
 from contextlab.engine.convert.agentscope import normalise_timestamp
 from contextlab.engine.convert.openai import parse_openai_message
+from contextlab.engine.core.messages import Block, MediaBlock, Message, Role, TextBlock, ToolResultBlock
 from contextlab.engine.importers._common import (
     Source,
     Timeline,
@@ -24,7 +25,6 @@ from contextlab.engine.importers._common import (
     recorded_tools,
     repaired_transcript,
 )
-from contextlab.engine.messages import Block, MediaBlock, Message, Role, TextBlock, ToolResultBlock
 
 FORMAT = "openhands"
 # Observations that are bookkeeping, not something fed to the model.

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 
 def _encrypt(apps: Any, schema_editor: Any) -> None:
-    from contextlab import providers
+    from contextlab.support import providers
 
     rows = apps.get_model("gateway", "UpstreamProvider")
     for row in rows.objects.exclude(api_key=""):

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import httpx2
 from django.http import HttpRequest, JsonResponse
 
+from contextlab.engine.hook import AgentCompaction
 from contextlab.gateway import history
 
 _T = TypeVar("_T")
@@ -265,6 +266,36 @@ def _tool_result_text(block: dict[str, Any]) -> str:
     return ""
 
 
+def unknown_text(block: dict[str, Any]) -> str:
+    """A block this adapter does not read, as the engine sees it: marked unknown, its JSON whole."""
+    return f"[unknown {block.get('type') or 'block'}] " + json.dumps(block, ensure_ascii=False, sort_keys=True)
+
+
+def _media_part(block: dict[str, Any]) -> dict[str, Any]:
+    """An ``image`` or ``document`` block as the chat content part the engine reads (the rest as
+    an unknown text part): the engine counts it and keeps it whole."""
+    kind = block.get("type")
+    given = block.get("source")
+    source: dict[str, Any] = given if isinstance(given, dict) else {}
+    origin, media_type, data = source.get("type"), source.get("media_type"), source.get("data")
+    if kind == "image" and origin == "base64" and isinstance(data, str) and isinstance(media_type, str):
+        return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
+    if kind == "image" and origin == "url" and isinstance(source.get("url"), str):
+        return {"type": "image_url", "image_url": {"url": source["url"]}}
+    if kind == "document" and origin == "base64" and isinstance(data, str) and isinstance(media_type, str):
+        return {"type": "file", "file": {"file_data": f"data:{media_type};base64,{data}",
+                                         "filename": str(block.get("title") or "document")}}
+    if kind == "document" and origin == "text" and isinstance(data, str):
+        return {"type": "text", "text": data}
+    if kind == "document" and origin == "content" and isinstance(source.get("content"), list | str):
+        return {"type": "text", "text": _text_of_blocks(source["content"])}
+    if kind in ("image", "document") and origin in ("url", "file"):
+        reference = source.get("url") if origin == "url" else source.get("file_id")
+        if isinstance(reference, str):
+            return {"type": "file", "file": {"file_id": reference}}
+    return {"type": "text", "text": unknown_text(block)}
+
+
 def _user_to_chat(content: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
@@ -280,8 +311,9 @@ def _user_to_chat(content: list[Any]) -> list[dict[str, Any]]:
         elif block.get("type") == "text":
             parts.append({"type": "text", "text": str(block.get("text") or "")})
         else:
-            # image, document, and block types unknown here: kept as they came (no text to count).
-            parts.append(block)
+            # The engine reads an image or a document as media (counted, never cut) and any other
+            # block as its JSON marked unknown; what goes upstream is the block as it came (``from_chat``).
+            parts.append(_media_part(block))
     if parts:
         out.append({"role": "user", "content": parts})
     return out
@@ -303,7 +335,7 @@ def _assistant_to_chat(content: list[Any], *, thinking_text: bool = True) -> dic
         elif kind == "thinking":
             thinking.append(str(block.get("thinking") or ""))
         elif kind != "redacted_thinking":
-            others.append(block)
+            others.append(_media_part(block))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if others:
         message["content"] = [*([{"type": "text", "text": "".join(texts)}] if texts else []), *others]
@@ -605,6 +637,43 @@ def compaction_summary(body: Any) -> str:
     return ""
 
 
+def agent_compaction(body: Any) -> AgentCompaction | None:
+    """Claude Code's compaction as the request after it shows it (its summary opens the
+    conversation), or None."""
+    summary = compaction_summary(body)
+    return AgentCompaction(agent="Claude Code", kind="its summary", summary=summary) if summary else None
+
+
+# The content block types this adapter reads (the rest go upstream as they came, unread).
+KNOWN_BLOCKS = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"})
+
+
+def unknown_types(body: Any) -> list[tuple[str, str]]:
+    """The content blocks of a type this adapter does not read, each (type, where)."""
+    found = []
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for index, message in enumerate(messages if isinstance(messages, list) else []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for position, block in enumerate(content if isinstance(content, list) else []):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind not in KNOWN_BLOCKS:
+                found.append((str(kind or "untyped")[:100], f"messages[{index}].content[{position}]"))
+    return found
+
+
+COUNT_ENDPOINT = "anthropic.count_tokens"
+
+
+def counted_tokens(content: bytes) -> int | None:
+    """The input tokens a ``count_tokens`` answer reports (``{"input_tokens": N}``), or None."""
+    try:
+        data = json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+    value = data.get("input_tokens") if isinstance(data, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def context_edits(body: Any) -> list[dict[str, Any]]:
     """The server-side context edits the request asks for (``context_management.edits``)."""
     management = body.get("context_management") if isinstance(body, dict) else None
@@ -642,7 +711,7 @@ class _Watcher:
 
     def note(self, span: Any) -> None:
         # Imported here: the adapter stays free of the telemetry set-up until a span exists.
-        from contextlab import telemetry
+        from contextlab.support import telemetry
 
         model = str((self.builder.message or {}).get("model") or "")
         reasons = [self.builder.stop_reason] if self.builder.stop_reason else []

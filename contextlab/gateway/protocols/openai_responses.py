@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contextlab.engine.hook import AgentCompaction
+
 ENDPOINT = "responses"
 COMPACT_ENDPOINT = "responses.compact"
 
@@ -135,6 +137,44 @@ def compaction_kind(body: Mapping[str, Any], headers: Mapping[str, str], *, endp
             content_text(last_user.get("content")).lstrip().startswith(CODEX_CHECKPOINT_PROMPT):
         return "local"
     return ""
+
+
+def unknown_types(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The input items of a type this adapter does not read, each (type, where): they go upstream
+    verbatim and the engine keeps them as their JSON, unread."""
+    found = []
+    for index, item in enumerate(items_of(body)):
+        kind = item_type(item)
+        known = (kind == "message" and item.get("role") in _KNOWN_ROLES) or kind in _ASSISTANT_CALLS \
+            or kind in _OUTPUTS or kind in ("reasoning", "compaction", "compaction_trigger")
+        if not known:
+            found.append((kind or "untyped", f"input[{index}]"))
+    return found
+
+
+def previous_response(body: Mapping[str, Any]) -> str:
+    """The response the request continues (``previous_response_id``), or ""."""
+    value = body.get("previous_response_id")
+    return value if isinstance(value, str) else ""
+
+
+def agent_compaction(body: Mapping[str, Any]) -> AgentCompaction | None:
+    """What Codex's compaction left in the request, or None: a ``compaction`` item (remote: the
+    provider's encrypted summary) or the summary message its local compaction adds.
+
+    Every request after a compaction still carries it; the gateway only looks
+    when the request no longer continues the session's history."""
+    items = items_of(body)
+    for item in items:
+        if item_type(item) == "compaction":
+            return AgentCompaction(agent="Codex", kind="remote compaction", summary=opaque_summary_text(item),
+                                   opaque=True)
+    for item in items:
+        if item_type(item) == "message" and item.get("role") == "user":
+            text = content_text(item.get("content"))
+            if text.lstrip().startswith(CODEX_SUMMARY_PREFIX):
+                return AgentCompaction(agent="Codex", kind="local compaction", summary=text)
+    return None
 
 
 def conversation_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ from django.db import migrations, models
 
 
 def _to_provider(apps: Any, schema_editor: Any) -> None:
-    from contextlab import providers
+    from contextlab.support import providers
 
     offered = providers.configured().values()
     profiles = apps.get_model("contextlab_sessions", "AgentProfile")

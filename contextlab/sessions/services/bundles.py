@@ -23,13 +23,12 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from contextlab import providers
-from contextlab.engine.archive import DialogArchive
-from contextlab.engine.errors import MalformedInput
-from contextlab.engine.memory import BACKUP_DIR, DAILY_DIR
-from contextlab.engine.paths import UnsafePath, relative_parts
-from contextlab.engine.retrieval import EXTERNALIZED_DIR
-from contextlab.engine.truncation import OffloadStore
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.core.paths import UnsafePath, relative_parts
+from contextlab.engine.memory.long_term import BACKUP_DIR, DAILY_DIR
+from contextlab.engine.memory.retrieval import EXTERNALIZED_DIR
+from contextlab.engine.stages.archive import DialogArchive
+from contextlab.engine.stages.truncation import OffloadStore
 from contextlab.sessions import loss_records
 from contextlab.sessions.models import (
     PROFILE_KNOBS,
@@ -45,6 +44,7 @@ from contextlab.sessions.models import (
 from contextlab.sessions.services.inputs import BUNDLE_FORMAT, PayloadTooLarge
 from contextlab.sessions.services.persistence import load_manager
 from contextlab.sessions.services.profiles import profile_create
+from contextlab.support import providers
 
 log = logging.getLogger(__name__)
 

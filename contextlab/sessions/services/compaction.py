@@ -10,8 +10,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from contextlab import jobs, providers
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
 from contextlab.sessions.models import (
     AgentSession,
     CompactionRun,
@@ -28,6 +27,7 @@ from contextlab.sessions.services.live_state import run_announce
 from contextlab.sessions.services.persistence import engines, locked_session, trace_step
 from contextlab.sessions.services.runs import COMPACT_SESSION, run_claim, run_not_queued
 from contextlab.sessions.services.summary_calls import CompactionCancelled, hook_turn
+from contextlab.support import jobs, providers
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,9 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from contextlab import jobs
-from contextlab.engine.errors import ContextLabError
-from contextlab.engine.pins import Pins
-from contextlab.engine.staged import StalePlan, fingerprint, planned_from_dict, planned_to_dict
+from contextlab.engine.core.errors import ContextLabError
+from contextlab.engine.memory.pins import Pins
+from contextlab.engine.stages.summary.plan import StalePlan, fingerprint, planned_from_dict, planned_to_dict
 from contextlab.sessions import loss_records
 from contextlab.sessions.models import AgentSession, CompactionRun
 from contextlab.sessions.services.inputs import (
@@ -41,6 +40,7 @@ from contextlab.sessions.services.live_state import current_live_view, run_annou
 from contextlab.sessions.services.persistence import fate_sizes, locked_session, persist_step
 from contextlab.sessions.services.runs import COMPACT_SESSION, run_claim, run_not_queued
 from contextlab.sessions.services.summary_calls import CompactionCancelled
+from contextlab.support import jobs
 
 __all__ = ["CompactionCancelled", "DraftNotOpen", "DraftStale"]
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -17,12 +18,12 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 
-from contextlab import jobs
-from contextlab.engine.errors import ContextLabError, MalformedInput
+from contextlab.engine.core.errors import ContextLabError, MalformedInput
+from contextlab.engine.core.messages import Message
 from contextlab.engine.hook import TurnResult, replay_turns
 from contextlab.engine.importers import load_transcript
-from contextlab.engine.messages import Message
-from contextlab.engine.otlp import looks_like_otlp
+from contextlab.engine.importers.release import release_memory
+from contextlab.engine.observe.otlp import looks_like_otlp
 from contextlab.sessions.models import (
     AgentProfile,
     AgentSession,
@@ -52,8 +53,12 @@ from contextlab.sessions.services.runs import (
     run_not_queued,
 )
 from contextlab.sessions.services.turns import session_create, session_delete
+from contextlab.support import jobs
 
 log = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclass
@@ -80,6 +85,18 @@ def _spooled(upload: UploadedFile) -> Iterator[_Spooled]:
         yield _Spooled(path=path, name=name)
 
 
+def _releasing(func: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``func``, after which the memory its import used goes back to the system, however it ended."""
+    @functools.wraps(func)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            release_memory()
+    return wrapper
+
+
+@_releasing
 def transcript_import(*, owner: User, path: str | Path | None = None, upload: UploadedFile | None = None,
                       profile: AgentProfile | None = None, title: str = "") -> AgentSession:
     """Import a recorded transcript (any format the engine reads, or a session bundle)
@@ -166,6 +183,7 @@ def _replay(session: AgentSession, messages: list[Message], tools: list[dict[str
 
 
 
+@_releasing
 def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, upload: UploadedFile | None = None,
                               profile: AgentProfile | None = None,
                               title: str = "") -> tuple[AgentSession, CompactionRun | None]:
@@ -204,6 +222,7 @@ def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, up
 
 
 
+@_releasing
 def transcript_import_work(*, run_id: int) -> str:
     """The background side of ``transcript_import_enqueue``: replay, publishing progress."""
     with jobs.hold_run(run_id) as held:

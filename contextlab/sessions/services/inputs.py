@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from contextlab.engine.convert import detect_message_format, from_agentscope, from_anthropic, from_openai
-from contextlab.engine.errors import ContextLabError, InvalidMessages, MalformedInput
-from contextlab.engine.messages import Message
-from contextlab.engine.unicode import encodable, first_unencodable, holds_nul
+from contextlab.engine.core.errors import ContextLabError, InputTooLarge, InvalidMessages, MalformedInput
+from contextlab.engine.core.messages import Message
+from contextlab.engine.core.unicode import encodable, first_unencodable, holds_nul
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class SessionUnavailable(ContextLabError):
     """The session cannot take this request now (an import is still replaying it)."""
 
 
-class PayloadTooLarge(MalformedInput):
+class PayloadTooLarge(InputTooLarge):
     """An upload over the configured size limit."""
 
 

@@ -6,17 +6,17 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from contextlab import live
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
+from contextlab.engine.core.messages import Message
+from contextlab.engine.core.tokens import TiktokenCounter
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.messages import Message
-from contextlab.engine.tokens import TiktokenCounter
 from contextlab.sessions.models import (
     AgentSession,
     CompactionRun,
     SessionMessage,
     Turn,
 )
+from contextlab.support import live
 
 log = logging.getLogger(__name__)
 

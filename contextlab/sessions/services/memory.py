@@ -45,7 +45,7 @@ def memory_consolidate(*, profile: AgentProfile, day: date, now: datetime,
                        days: int | None = None) -> list[MemoryConsolidation]:
     """Merge the daily notes up to ``day`` into ``MEMORY.md`` in every workspace of the
     profile's sessions (the engine backs the old file up first); only changed ones are returned."""
-    from contextlab.engine.memory import consolidate
+    from contextlab.engine.memory.long_term import consolidate
 
     days = days or settings.CONTEXTLAB_MEMORY_DAYS
     changed: list[MemoryConsolidation] = []

@@ -1,6 +1,6 @@
 """Sessions of agents whose context ContextLab does not manage, built from what the agent sent.
 
-The observe inference (``contextlab.engine.observe``) compares each request of a
+The observe inference (``contextlab.engine.observe.inference``) compares each request of a
 conversation with the previous one; this writes its findings as the same rows a
 managed session has, so the decision flow, the truncation ledger, the message
 fate, the payload view, the summary diff and search draw them unchanged: one
@@ -18,28 +18,30 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
 from contextlab.engine.convert.openai import from_openai
-from contextlab.engine.errors import ContextLabError, MalformedInput
+from contextlab.engine.core.errors import ContextLabError, MalformedInput
+from contextlab.engine.core.messages import block_to_dict
+from contextlab.engine.core.tokens import TiktokenCounter
 from contextlab.engine.importers.copaw_workspace import (
     MAX_MEMBERS,
     REPORT_KEYS,
     REQUEST_MARKERS,
     WORKSPACE_MARKERS,
     CopawWorkspace,
+    UnpackBudget,
     analyse,
     opened_folder,
     read_request_folder,
     read_workspace,
 )
-from contextlab.engine.memory import DAILY_DIR, MEMORY_FILE
-from contextlab.engine.messages import block_to_dict
-from contextlab.engine.observe import Conversation, Observer, RecordedRequest, message_keys, text_of
-from contextlab.engine.tokens import TiktokenCounter
+from contextlab.engine.memory.long_term import DAILY_DIR, MEMORY_FILE
+from contextlab.engine.observe.inference import Conversation, Observer, RecordedRequest, message_keys, text_of
 from contextlab.sessions.models import (
     PROFILE_KNOBS,
     AgentProfile,
@@ -70,32 +72,27 @@ def main_conversation(observer: Observer) -> Conversation | None:
 
 class Parsed:
     """What ``_write`` derives from each request and that never changes once the request is
-    recorded: its messages' keys and content blocks, by request ``seq``.
+    recorded: its messages' keys by request ``seq``, and each session's rows so far.
 
     Kept beside an observer fed one request at a time (the observe-mode gateway),
-    so a rewrite after one more call parses only that call's messages. Valid for
+    so a rewrite after one more call walks only that call's messages. Valid for
     one list of requests: the same ``seq`` always names the same request.
     """
 
     def __init__(self) -> None:
         self._keys: dict[int, list[str]] = {}
-        self._blocks: dict[tuple[int, int], list[dict[str, Any]]] = {}
         # The message rows the last rewrite of each session left, by message key:
         # (row id, the written fields), so the next rewrite writes only what changed.
         self.written: dict[Any, dict[str, tuple[int, tuple[Any, ...]]]] = {}
+        # How far each session's rows were derived, valid with ``written``: a rewrite
+        # after one more call walks only that call's request, not every earlier one.
+        self.progress: dict[Any, _Progress] = {}
 
     def keys(self, request: RecordedRequest) -> list[str]:
         if request.seq not in self._keys:
             self._keys[request.seq] = message_keys(request.messages)
         return self._keys[request.seq]
 
-    def blocks(self, request: RecordedRequest, index: int, calls: dict[str, str]) -> list[dict[str, Any]]:
-        # The tool names in ``calls`` come from the requests before this message,
-        # which are the same on every rewrite: the blocks are too.
-        slot = (request.seq, index)
-        if slot not in self._blocks:
-            self._blocks[slot] = _blocks(request.messages[index], calls)
-        return self._blocks[slot]
 
 
 def _blocks(message: dict[str, Any], calls: dict[str, str]) -> list[dict[str, Any]]:
@@ -104,6 +101,26 @@ def _blocks(message: dict[str, Any], calls: dict[str, str]) -> list[dict[str, An
     except (ContextLabError, ValueError):
         return [{"type": "text", "text": text_of(message.get("content"))}]
     return [block_to_dict(b) for b in parsed.content]
+
+
+class _Progress:
+    """What ``_write`` derived from a session's agent requests so far, before the last-request pass.
+
+    The inference only appends observations to a conversation, so the next
+    rewrite continues from here instead of walking every request again (which
+    made recording a call cost the number of requests times their messages)."""
+
+    def __init__(self) -> None:
+        self.observed = 0  # the conversation's agent observations walked
+        self.rows: dict[str, SessionMessage] = {}
+        self.calls: dict[str, str] = {}
+        self.turn_of_seq: dict[int, int] = {}
+        self.turns: list[Turn] = []
+        self.files: dict[str, OffloadedFile] = {}
+        self.last_tokens = 0
+        # The message each row's current content was derived from: an equal message
+        # has equal blocks, so only a new or changed message is converted.
+        self.sources: dict[str, tuple[dict[str, Any], str | None]] = {}
 
 
 def _engine_role(message: dict[str, Any]) -> str:
@@ -129,6 +146,9 @@ def observed_session_write(session: AgentSession, requests: list[RecordedRequest
         # So are the message rows that did not change since the last rewrite this
         # process made, as long as nothing else changed the session's rows.
         written = parsed.written.pop(locked.pk, None)
+        progress = parsed.progress.pop(locked.pk, None)
+        if progress is None:
+            written = None
         if written is not None and conversation is not None:
             # Rows another writer deleted or wrote again (new ids) since: write them all.
             rows_now = SessionMessage.objects.filter(session=locked).aggregate(count=Count("pk"), last=Max("pk"))
@@ -143,11 +163,14 @@ def observed_session_write(session: AgentSession, requests: list[RecordedRequest
             Turn.objects.filter(session=locked).delete()
             locked.save()
             return locked
-        kept = _write(locked, conversation, by_seq, parsed, written or {})
+        if written is None or progress is None:
+            written, progress = {}, _Progress()
+        kept = _write(locked, conversation, by_seq, parsed, written, progress)
         if kept is not None:
             # ``parsed`` lives only as long as the transaction commits (the gateway
             # keeps it on commit): a rollback never leaves rows it does not describe.
             parsed.written[locked.pk] = kept
+            parsed.progress[locked.pk] = progress
     return locked
 
 
@@ -161,7 +184,9 @@ def _save_rows(session: AgentSession, rows: dict[str, SessionMessage],
     """Write the rows that differ from ``written`` (what the previous rewrite left): insert the new
     ones, update the changed ones, delete the gone ones. Returns the new ``written``, or None when
     the database gave the inserted rows no ids to remember."""
-    snapshot = {key: tuple(getattr(row, name) for name in _ROW_FIELDS) for key, row in rows.items()}
+    # ``fate`` is copied: a kept row's list grows on later rewrites, the snapshot must not.
+    snapshot = {key: tuple(list(row.fate) if name == "fate" else getattr(row, name) for name in _ROW_FIELDS)
+                for key, row in rows.items()}
     fresh: list[SessionMessage] = []
     changed: list[SessionMessage] = []
     for key, row in rows.items():
@@ -188,15 +213,11 @@ def _save_rows(session: AgentSession, rows: dict[str, SessionMessage],
 
 
 def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, RecordedRequest],
-           parsed: Parsed, previous_rows: dict[str, tuple[int, tuple[Any, ...]]]
+           parsed: Parsed, previous_rows: dict[str, tuple[int, tuple[Any, ...]]], progress: _Progress
            ) -> dict[str, tuple[int, tuple[Any, ...]]] | None:
-    turns: list[Turn] = []
-    rows: dict[str, SessionMessage] = {}
-    calls: dict[str, str] = {}
-    turn_of_seq: dict[int, int] = {}
-    last_tokens = 0
+    rows, calls, turn_of_seq, turns = progress.rows, progress.calls, progress.turn_of_seq, progress.turns
     agent_observations = [o for o in conversation.observations if not o.side_call and o.trace is not None]
-    for observation in agent_observations:
+    for observation in agent_observations[progress.observed:]:
         trace = observation.trace
         assert trace is not None
         request = by_seq[observation.seq]
@@ -209,8 +230,13 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
                     calls[str(call.get("id"))] = str((call.get("function") or {}).get("name", ""))
         for index, key in enumerate(parsed.keys(request)):
             message = messages[index]
-            blocks = parsed.blocks(request, index, calls)
             row = rows.get(key)
+            source = (message, calls.get(str(message.get("tool_call_id")))) if message.get("role") == "tool" \
+                else (message, None)
+            if row is not None and progress.sources.get(key) == source:
+                continue
+            progress.sources[key] = source
+            blocks = _blocks(message, calls)
             if row is None:
                 row = SessionMessage(session=session, message_id=key[:200], seq=len(rows) + 1,
                                      role=_engine_role(message), content=blocks, current_content=blocks,
@@ -230,6 +256,14 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
                                            "bytes_after": event.detail.get("bytes_after"),
                                            "file": event.detail.get("path", ""),
                                            "silent": event.detail.get("silent", False)})
+                path = str(event.detail.get("path") or "")
+                if path:
+                    progress.files[path[:300]] = OffloadedFile(
+                        session=session, path=path[:300], message_id=f"tool:{event.detail.get('tool_call_id', '')}",
+                        stage=1 if event.kind == "tool_output_cut_on_arrival" else 2,
+                        bytes=int(event.detail.get("bytes_before") or 0),
+                        kept_bytes=int(event.detail.get("kept_bytes") or event.detail.get("bytes_after") or 0),
+                        sha256="", referenced=True)
             if event.kind == "messages_dropped":
                 version = (observation.compaction or {}).get("summary_version")
                 for dropped in event.detail["messages"]:
@@ -254,20 +288,38 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
             summary_version=int(trace["payload"].get("summary_version") or 0),
             # The agent's own limits are unknown: the profile's, as the gauge shows them.
             threshold=session.tokens_threshold, window=session.tokens_window, usage=request.usage))
-        last_tokens = int(tokens["total"])
+        progress.last_tokens = int(tokens["total"])
+    progress.observed = len(agent_observations)
+    # Live is what the agent sent last; anything else left, a replaced summary included. Only
+    # what the rows say now: undone after saving, since a later request may send the message again.
+    replaced: list[SessionMessage] = []
     if agent_observations:
-        # Live is what the agent sent last; anything else left, a replaced summary included.
         last = agent_observations[-1]
         last_keys = set(parsed.keys(by_seq[last.seq]))
         for key, row in rows.items():
             if key not in last_keys and row.status == SessionMessage.Status.LIVE:
                 row.status = SessionMessage.Status.ARCHIVED
                 row.fate.append({"event": "replaced", "request": last.seq})
+                replaced.append(row)
+    try:
+        return _write_rows(session, conversation, progress, previous_rows)
+    finally:
+        for row in replaced:
+            row.status = SessionMessage.Status.LIVE
+            row.fate.pop()
+
+
+def _write_rows(session: AgentSession, conversation: Conversation, progress: _Progress,
+                previous_rows: dict[str, tuple[int, tuple[Any, ...]]]) -> dict[str, tuple[int, tuple[Any, ...]]] | None:
+    rows, turns, turn_of_seq = progress.rows, progress.turns, progress.turn_of_seq
     written = dict(Turn.objects.filter(session=session).values_list("number", "trace__observed__request"))
     stale = [t.number for t in turns if t.number in written and written[t.number] != t.trace["observed"]["request"]]
     stale += [n for n in written if n > len(turns)]
     Turn.objects.filter(session=session, number__in=stale).delete()
-    Turn.objects.bulk_create([t for t in turns if t.number not in written or t.number in stale])
+    fresh = [t for t in turns if t.number not in written or t.number in stale]
+    for turn in fresh:
+        turn.pk = None  # a kept turn written before, and deleted just now
+    Turn.objects.bulk_create(fresh)
     kept = _save_rows(session, rows, previous_rows)
     versions = []
     for summary in conversation.summaries:
@@ -278,18 +330,9 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
             compactor=f"agent (request {summary['compactor_seq']})" if summary.get("compactor_seq") else "agent",
             compacted_ids=[k for k, r in rows.items() if r.summary_version == summary["version"]]))
     SummaryVersion.objects.bulk_create(versions)
-    files: dict[str, OffloadedFile] = {}
-    for observation in agent_observations:
-        for event in observation.events:
-            path = str(event.detail.get("path") or "")
-            if event.kind in ("tool_output_shortened", "tool_output_cut_on_arrival") and path:
-                files[path[:300]] = OffloadedFile(
-                    session=session, path=path[:300], message_id=f"tool:{event.detail.get('tool_call_id', '')}",
-                    stage=1 if event.kind == "tool_output_cut_on_arrival" else 2,
-                    bytes=int(event.detail.get("bytes_before") or 0),
-                    kept_bytes=int(event.detail.get("kept_bytes") or event.detail.get("bytes_after") or 0),
-                    sha256="", referenced=True)
-    OffloadedFile.objects.bulk_create(list(files.values()))
+    for file in progress.files.values():
+        file.pk = None  # kept between rewrites, inserted again after the delete
+    OffloadedFile.objects.bulk_create(list(progress.files.values()))
     session.system_prompt = conversation.system_prompt
     session.summary = conversation.summary
     session.summary_version = len(conversation.summaries)
@@ -298,7 +341,7 @@ def _write(session: AgentSession, conversation: Conversation, by_seq: dict[int, 
     session.failures_count = sum(1 for c in conversation.compactions if c["summary_erased"])
     session.messages_count = len(rows)
     session.live_count = sum(1 for r in rows.values() if r.status == SessionMessage.Status.LIVE)
-    session.tokens_used = last_tokens
+    session.tokens_used = progress.last_tokens
     session.last_activity = timezone.now()
     session.save()
     return kept
@@ -347,9 +390,22 @@ def _workspace_rows(session: AgentSession, workspace: CopawWorkspace) -> None:
     session.save()
 
 
+def unpack_budget(path: Path) -> UnpackBudget:
+    """What an uploaded zip may unpack to: each member one JSON document of a bundle, in all twice the
+    archive plus that, so the import holds at most about twice its upload plus a constant."""
+    body = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    size = path.stat().st_size if path.is_file() else 0
+    return UnpackBudget(
+        member_bytes=2 * body,
+        total_bytes=2 * size + 2 * body,
+        member_text="the limit for one member of an uploaded zip, CONTEXTLAB_MAX_BODY_BYTES × 2",
+        total_text=f"twice the zip's {size:,} bytes + CONTEXTLAB_MAX_BODY_BYTES × 2",
+    )
+
+
 def copaw_workspace_import(*, owner: User, path: Path, title: str = "", file_name: str = "") -> AgentSession:
     """A CoPaw workspace (folder or zip, with its ``requests/`` log inside when there is one) as a session."""
-    with opened_folder(path, WORKSPACE_MARKERS) as folder:
+    with opened_folder(path, WORKSPACE_MARKERS, unpack_budget(path)) as folder:
         if not any((folder / n).exists() for n in WORKSPACE_MARKERS):
             raise MalformedInput("not a CoPaw workspace: no agent.json, sessions/ or dialog/", field="file")
         workspace = read_workspace(folder)
@@ -389,7 +445,7 @@ def _write_memory(session: AgentSession, workspace: CopawWorkspace) -> None:
 def requests_import(*, owner: User, path: Path, title: str = "", file_name: str = "",
                     profile: AgentProfile | None = None) -> AgentSession:
     """A folder (or zip) of recorded request bodies, as the session of its main conversation."""
-    with opened_folder(path, REQUEST_MARKERS) as folder:
+    with opened_folder(path, REQUEST_MARKERS, unpack_budget(path)) as folder:
         inner = folder / "requests" if (folder / "requests").is_dir() else folder
         requests = read_request_folder(inner)
     observer = observe(requests)
@@ -420,11 +476,12 @@ def zip_kind(path: Path) -> str:
 def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = "",
                 profile: AgentProfile | None = None) -> AgentSession:
     """An OTLP JSON trace file (spans of LLM calls) as the session of its main conversation."""
-    from contextlab.engine.observe import load_recorded_request
-    from contextlab.engine.otlp import file_requests
+    from contextlab.engine.observe.inference import load_recorded_request
+    from contextlab.engine.observe.otlp import file_requests
 
     try:
-        records, rejected = file_requests(path.read_text(encoding="utf-8"))
+        with path.open("rb") as fh:
+            records, rejected = file_requests(fh, path.stat().st_size)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedInput(f"the file is not an OTLP JSON trace export: {exc}", field="file") from exc
     if not records:

@@ -18,9 +18,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from contextlab import telemetry
+from contextlab.engine.core.messages import Message, block_to_dict
 from contextlab.engine.hook import ContextManager, TurnResult
-from contextlab.engine.messages import Message, block_to_dict
 from contextlab.sessions import loss_records, payload_delta
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
@@ -39,6 +38,7 @@ from contextlab.sessions.services.live_state import (
     live_view_of,
     session_announce,
 )
+from contextlab.support import telemetry
 
 log = logging.getLogger(__name__)
 

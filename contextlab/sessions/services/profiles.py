@@ -10,8 +10,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
-from contextlab.engine.errors import InvalidProfile
-from contextlab.engine.profile import Profile
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.core.profile import Profile
 from contextlab.sessions.models import (
     LIST_KNOBS,
     OPERATOR_KNOBS,

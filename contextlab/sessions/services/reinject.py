@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 
-from contextlab.engine.errors import MalformedInput
-from contextlab.engine.messages import Message, block_from_dict, utc_now_iso
-from contextlab.engine.reinject import reinject
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.core.messages import Message, block_from_dict, utc_now_iso
+from contextlab.engine.memory.reinject import reinject
 from contextlab.sessions.models import AgentSession, SessionMessage
 from contextlab.sessions.services.persistence import fate_sizes, locked_session, persist_step
 

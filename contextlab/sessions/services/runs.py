@@ -21,7 +21,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from contextlab import jobs
 from contextlab.engine.hook import ContextManager
 from contextlab.sessions.models import (
     AgentSession,
@@ -33,6 +32,7 @@ from contextlab.sessions.models import (
     Turn,
 )
 from contextlab.sessions.services.live_state import run_announce
+from contextlab.support import jobs
 
 log = logging.getLogger(__name__)
 

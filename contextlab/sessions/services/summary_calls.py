@@ -24,11 +24,11 @@ from collections.abc import Callable
 
 from django.utils import timezone
 
-from contextlab.engine.errors import ContextLabError
+from contextlab.engine.core.errors import ContextLabError
+from contextlab.engine.core.messages import Message
+from contextlab.engine.core.trace import Observer
 from contextlab.engine.hook import ContextManager, TurnResult
-from contextlab.engine.messages import Message
-from contextlab.engine.staged import CompactionPlan, PlannedSummary, StalePlan
-from contextlab.engine.trace import Observer
+from contextlab.engine.stages.summary.plan import CompactionPlan, PlannedSummary, StalePlan
 from contextlab.sessions.models import AgentSession, Turn
 from contextlab.sessions.services.persistence import fate_sizes, locked_session, persist_step
 

@@ -14,10 +14,10 @@ from django.db import transaction
 
 from contextlab.engine.compactors.base import Compactor
 from contextlab.engine.convert import from_openai
-from contextlab.engine.errors import MalformedInput
-from contextlab.engine.hook import ContextManager, TurnResult
-from contextlab.engine.messages import Message
-from contextlab.engine.staged import CompactionPlan, PlannedSummary, StalePlan
+from contextlab.engine.core.errors import MalformedInput
+from contextlab.engine.core.messages import Message
+from contextlab.engine.hook import AgentCompaction, ContextManager, TurnResult
+from contextlab.engine.stages.summary.plan import CompactionPlan, PlannedSummary, StalePlan
 from contextlab.sessions.models import (
     AgentProfile,
     AgentSession,
@@ -233,7 +233,8 @@ def session_new(*, owner: User, system_prompt: str, profile: AgentProfile, title
 def session_advance_pending(*, session: AgentSession, messages: list[dict[str, Any]],
                             system_prompt: str | None = None,
                             request_schemas: tuple[Any, Any] | None = None,
-                            stage_summary: bool = False, defer_summary: bool = False) -> PendingTurn:
+                            stage_summary: bool = False, defer_summary: bool = False,
+                            agent_compaction: AgentCompaction | None = None) -> PendingTurn:
     """``session_advance`` without the write: the payload now, the turn once ``pending_turn_commit`` runs.
 
     ``session`` may be new (``session_new``). Call it inside the caller's
@@ -247,6 +248,11 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
     turns meanwhile keep every message instead of calling it too; the caller
     makes the call outside its transaction and finishes with
     ``pending_turn_apply_plan``. ``defer_summary``: keep every message this turn.
+
+    ``agent_compaction``: the agent compacted its own context, so ``messages``
+    (all it sent) replace the live ones in an agent-compaction turn of this
+    same session (``ContextManager.adopt_agent_compaction``), written at once
+    like a compaction of the hook's.
     """
     if messages:
         check_raw_messages(messages)
@@ -268,6 +274,18 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             manager.set_request_schemas(*request_schemas)
         before = fate_sizes(manager)
         parsed: list[Message] = []
+        if agent_compaction is not None:
+            parsed = from_openai(messages, known_calls={})
+            check_message_ids(parsed)
+            result = manager.adopt_agent_compaction(parsed, agent_compaction)
+            pending = PendingTurn(session=locked, manager=manager, result=result, messages=messages,
+                                  system_prompt=system_prompt, request_schemas=request_schemas, before=before,
+                                  originals={m.id: m for m in parsed}, version=version, committed=True)
+            # The replaced messages went to the archive: the turn is written now.
+            if new:
+                locked.save()
+            persist_step(locked, manager, before=before, originals=pending.originals, result=result)
+            return pending
         if messages:
             parsed = from_openai(messages, known_calls=manager.call_names())
             check_message_ids(parsed)

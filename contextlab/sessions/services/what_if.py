@@ -25,13 +25,12 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from contextlab import jobs
 from contextlab.engine.compactors.extractive import ExtractiveCompactor
-from contextlab.engine.errors import InvalidProfile
+from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.core.messages import Message, block_from_dict, utc_now_iso
 from contextlab.engine.hook import ContextManager
-from contextlab.engine.identifiers import INDEX_FILE
-from contextlab.engine.messages import Message, block_from_dict, utc_now_iso
-from contextlab.engine.whatif import ReplayedTurn, TurnInput, replay_by_turn
+from contextlab.engine.replay.whatif import ReplayedTurn, TurnInput, replay_by_turn
+from contextlab.engine.stages.summary.identifiers import INDEX_FILE
 from contextlab.lib import loss_check
 from contextlab.sessions.models import (
     COMPACTION_OUTCOMES,
@@ -43,6 +42,7 @@ from contextlab.sessions.models import (
     Turn,
     WhatIfRun,
 )
+from contextlab.support import jobs
 
 log = logging.getLogger(__name__)
 

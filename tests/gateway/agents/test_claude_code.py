@@ -7,6 +7,7 @@ back; ContextLab is served for real over HTTP; only the model is scripted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from contextlab import providers
+from contextlab.gateway import managed_messages
 from contextlab.gateway.models import GatewayExchange, ObservedCall, UpstreamProvider
 from contextlab.gateway.protocols import anthropic_messages
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
+from contextlab.support import providers
 from tests.gateway.agents.claude_code import run_claude
 from tests.gateway.anthropic_provider import (
     Answer,
@@ -168,16 +170,33 @@ def test_it_manages_a_real_claude_code_session(tmp_path, gateway_server, alice, 
     _check_cli_session(runs, anthropic_upstream)
 
     exchanges = list(GatewayExchange.objects.order_by("created"))
-    assert [(e.endpoint, e.status_code, e.managed, e.error) for e in exchanges] == \
-        [("anthropic.messages", 200, True, "")] * 6
-    # Claude Code's compaction call leaves out its last answer, and its continuation starts
-    # from the summary: each is a new session forked from the one before, under its session id.
-    assert [e.identity for e in exchanges] == ["new", "continued", "continued", "continued", "forked", "forked"]
+    assert [(e.endpoint, e.status_code, e.managed) for e in exchanges] == \
+        [("anthropic.messages", 200, True)] * 4 + [("anthropic.messages", 200, False), ("anthropic.messages", 200, True)]
+    assert [e.error for e in exchanges[:4]] == [""] * 4
+    # Claude Code's compaction call goes as it came, shown in the session it compacts; the call
+    # after it starts from the summary and continues that same session, its context replaced.
+    assert exchanges[4].error == managed_messages.COMPACTION_REQUEST
+    assert exchanges[5].error == managed_messages.AFTER_COMPACTION
+    assert [e.identity for e in exchanges] == ["new", "continued", "continued", "continued", "", "compacted"]
     first = exchanges[0].session
-    assert first is not None and first.turns_count == 4 and first.title == "gateway · list the files"
-    last = exchanges[5].session
-    assert last is not None and last.title == "gateway · list the files · after Claude Code's compaction"
-    assert last.gateway.forked_from == exchanges[4].session
+    assert first is not None and {e.session for e in exchanges} == {first}
+    assert AgentSession.objects.count() == 1
+    first.refresh_from_db()
+    assert first.turns_count == 5 and first.title == "gateway · list the files"
+    turns = list(first.turns.order_by("number"))
+    compaction = turns[4]
+    assert (compaction.trigger, compaction.outcome) == ("agent", "compacted")
+    step = next(s for s in compaction.trace["steps"] if s["step"] == "agent_compaction")
+    assert step["details"]["agent"] == "Claude Code" and SUMMARY in step["details"]["summary"]
+    # The messages of the turns before were replaced, each named.
+    assert step["numbers"]["replaced"] == len(step["details"]["replaced_ids"]) > 0
+    summary = first.summary_versions.get()
+    assert (summary.trigger, summary.compactor, summary.turn) == ("agent", "Claude Code", 5)
+    assert SUMMARY in summary.text
+    # What went upstream after the compaction is what Claude Code sent, not the replaced history.
+    sent = anthropic_messages_sent(anthropic_upstream)[5]
+    assert SUMMARY in json.dumps(sent) and "toolu_ls01" not in json.dumps(sent)
+    assert compaction.payload_tokens > 0 and SUMMARY in json.dumps(compaction.payload)
     messages = list(first.messages.order_by("seq"))
     called = [block["id"] for m in messages for block in m.content if block.get("type") == "tool_use"]
     answered = [block["id"] for m in messages for block in m.content if block.get("type") == "tool_result"]

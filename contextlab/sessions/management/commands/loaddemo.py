@@ -1,9 +1,13 @@
-"""Load one demo session, once.
+"""Load the demo sessions, once.
 
 The session replays a real transcript from the shared corpus (tau-bench, an
 airline customer-service agent) with a small window so compaction fires; when
 the corpus is not there it replays the small conversation shipped beside this
-app instead. Running it again changes nothing.
+app instead. Beside it, the shipped conversation is replayed under the faithful
+``copaw`` policy (and, when the main session is another transcript, under
+``contextlab`` too): the user's audit ticket that CoPaw's compaction loses and
+contextlab keeps is the story the landing page tells. Running it again changes
+nothing.
 
 It belongs to the well-known login ``demo`` / ``demo``, created here, only on
 the embedded SQLite database of a one-machine start. On any other database (a
@@ -91,6 +95,31 @@ class Command(BaseCommand):
             fate = "lost" if story["kind"] == "lost" else f"kept by summary v{story['version']}"
             self.stdout.write(f"The demo's story: {story['needle']!r} (message #{story['seq']}), compacted in turn "
                               f"{story['turn']}: {fate}.")
+        # The true story of a loss: the shipped conversation (a user's audit ticket in its first
+        # message) replayed under CoPaw's own policy, which loses it, and under contextlab, which
+        # keeps it. The landing page links to that loss.
+        copaw_session = self._story_session(user, "copaw")
+        same = session if source == DEMO_CONVERSATION else self._story_session(user, "contextlab")
+        loss = demo_story.record_loss(session, copaw_session, same)
+        if loss:
+            fate = loss["compare"]["fate"]
+            kept = (f"the contextlab session kept it (summary v{fate['version']})" if fate and fate["kept"]
+                    else "the contextlab session did not keep it either" if fate
+                    else "the contextlab session never compacted it")
+            self.stdout.write(f"The copaw policy lost {loss['needle']!r} (message #{loss['seq']}) in turn "
+                              f"{loss['turn']}; {kept}.")
+
+    def _story_session(self, user: User, policy: str) -> AgentSession:
+        """The shipped conversation under ``policy``, imported once (the demo's window and limits)."""
+        title = f"Demo story, {policy} policy: {DEMO_CONVERSATION.name}"
+        existing = AgentSession.objects.filter(owner=user, title=title).first()
+        if existing is not None:
+            return existing
+        profile = AgentProfile.objects.filter(owner=user, name=f"demo-{policy}").first()
+        if profile is None:
+            profile = services.profile_create(owner=user, name=f"demo-{policy}",
+                                              knobs={**DEMO_PROFILE, "policy": policy})
+        return services.transcript_import(owner=user, path=DEMO_CONVERSATION, profile=profile, title=title)
 
     def _demo_user(self) -> User:
         user = User.objects.filter(username="demo").first()
