@@ -251,8 +251,8 @@ def test_it_keeps_the_engine_on_its_own_ground() -> None:
     assert not _on_web_stack(ENGINE), f"the engine imports the web stack: {_on_web_stack(ENGINE)}"
 
 
-# The engine's top level: its packages, and the hook as the table of contents of a turn.
-ENGINE_TOP_LEVEL = {"contextlab.engine.hook"}
+# The engine's top level: its packages, the hook as the table of contents of a turn, and how its state is saved.
+ENGINE_TOP_LEVEL = {"contextlab.engine.hook", "contextlab.engine.saved_state"}
 # The package's top level: the entry points users type (the ``contextlab`` command, the
 # client an agent vendors) and the wiring Django and Celery look for by name.
 TOP_LEVEL = {"contextlab.__main__", "contextlab.asgi", "contextlab.celery", "contextlab.cli", "contextlab.client",

@@ -19,11 +19,9 @@ import copy
 import dataclasses
 import datetime as dt
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from contextlab.engine.compactors import build_compactor
@@ -44,6 +42,7 @@ from contextlab.engine.core.trace import Observer, StepRecord, TurnTrace
 from contextlab.engine.memory.pins import Pinning, Pins
 from contextlab.engine.memory.working import LiveFileTracker
 from contextlab.engine.policies.base import Policy, build_policy
+from contextlab.engine.saved_state import SavedState
 from contextlab.engine.stages.archive import DialogArchive
 from contextlab.engine.stages.compaction import CompactionSteps, SummaryVersion
 from contextlab.engine.stages.split import SplitPreview
@@ -108,7 +107,7 @@ class TurnResult:
         return [dict(item) for item in self._openai]
 
 
-class ContextManager(ToolResultCuts, CompactionSteps, Pinning):
+class ContextManager(ToolResultCuts, CompactionSteps, Pinning, SavedState):
     def __init__(
         self,
         profile: Profile,
@@ -770,107 +769,6 @@ class ContextManager(ToolResultCuts, CompactionSteps, Pinning):
         return [m.id for m in self.messages]
 
     # ------------------------------------------------------------ persistence
-    def commit(self) -> None:
-        """The caller has saved the state of the last turn (transactional mode)."""
-        self.archive.commit(turn=self.turn)
-
-    def export_state(self, *, history: bool = True, per_message: bool = True) -> dict[str, Any]:
-        """The in-memory state as JSON-ready data (the workspace holds the rest).
-
-        With ``history=False`` the fate and ledger of messages no longer live,
-        and the arguments of their tool calls, are left out: a caller that keeps
-        those elsewhere (the web app stores them per message) then pays for the
-        live context only, not for everything the session ever saw.
-
-        With ``per_message=False`` (implies ``history=False``) what a caller
-        stores per message is left out too: the live messages (only their ids,
-        in order, under ``live_ids``), their fate and ledger, every id ever seen
-        and the archived ids. Such a header is small and does not grow with the
-        live context; ``from_state`` takes it back once the caller has put those
-        keys in again (the ledger of a live message is in its metadata).
-        """
-        if not per_message:
-            header = self._export(history=False, messages=False)
-            for key in ("messages", "fate", "ledger", "ids", "archived_ids"):
-                header.pop(key)
-            header["live_ids"] = [m.id for m in self.messages]
-            return header
-        return self._export(history=history, messages=True)
-
-    def export_header(self) -> dict[str, Any]:
-        """``export_state(per_message=False)`` without the three parts that grow with the
-        session: the live ids, every tool call seen and every answered call id. Its size
-        follows what the session holds besides its messages and calls, so a caller can
-        store it on every commit; that caller keeps the rest itself (the order of its
-        message rows, ``calls_seen``, ``answered_call_ids``) and puts ``messages``,
-        ``calls`` and ``answered`` back before ``from_state``.
-        """
-        header = self._export(history=False, messages=False, calls=False)
-        for key in ("messages", "fate", "ledger", "ids", "archived_ids", "calls", "answered"):
-            header.pop(key)
-        return header
-
-    def calls_seen(self) -> Mapping[str, ToolUseBlock]:
-        """Every tool call ingested and not taken back, by call id (read only: the engine's own)."""
-        return MappingProxyType(self._calls)
-
-    def answered_call_ids(self) -> AbstractSet[str]:
-        """The ids of the calls whose result was ingested (read only: the engine's own set)."""
-        return self._answered
-
-    def _export(self, *, history: bool, messages: bool, calls: bool = True) -> dict[str, Any]:
-        live = {m.id for m in self.messages} if not history else set()
-        # Runs on every commit: no list per message (``tool_uses`` builds one), and
-        # no pass at all when no call's arguments could be left out.
-        live_calls = ({b.id for m in self.messages for b in m.content if isinstance(b, ToolUseBlock)}
-                      | set(self._pending_calls) if calls and not history and self._calls else set())
-        # A header (messages=False) leaves fate and ledger out: not worth a pass over them.
-        fate = self.fate if history else {k: v for k, v in self.fate.items() if k in live} if messages else {}
-        ledger = self.ledger if history else {k: v for k, v in self.ledger.items()
-                                              if k.rpartition("#")[0] in live} if messages else {}
-        known_calls = {k: {"id": v.id, "name": v.name, "input": v.input if history or k in live_calls else {},
-                           "raw_input": v.raw_input if history or k in live_calls else None}
-                       for k, v in self._calls.items()} if calls else {}
-        return {
-            "state_version": 1,
-            "system_prompt": self.system_prompt,
-            "tools": self.tools,
-            "response_format": self.response_format,
-            "turn": self.turn,
-            "summary": self.summary,
-            "summary_language": self.summary_language,
-            "summaries": [s.to_dict() for s in self.summaries],
-            # Token counts travel with the messages, so restoring a session
-            # does not re-encode its whole live context.
-            "messages": [self.message_form(m) for m in self.messages] if messages else [],
-            # A header (messages=False) drops these two: not worth building (they grow with history).
-            "archived_ids": list(self.archived_ids) if messages else [],
-            "externalized": dict(self.externalized),
-            "fate": fate,
-            "ledger": ledger,
-            "ids": sorted(self._ids) if messages else [],
-            "calls": known_calls,
-            "archive_files": sorted(self._archive_files),
-            "answered": sorted(self._answered) if calls else [],
-            "pending_calls": self._pending_calls,
-            "recent": list(self._recent),
-            "slid_out": list(self._slid_out),
-            "pinned_ids": list(self.pinned_ids),
-            "pins": self.pins.to_dict(),
-            # The delta since the last turn: an append saved in one request and
-            # the hook run in the next must still show the appended messages.
-            "pending_delta": {"added": list(self._added), "changed": list(self._changed),
-                              "removed": list(self._removed)},
-            "files": self.files.to_dict(),
-            "stale": {k: v for k, v in self.stale.items() if history or k in live},
-            "gone": sorted(self._gone) if history else [],
-        }
-
-    @staticmethod
-    def message_form(msg: Message) -> dict[str, Any]:
-        """One live message as ``export_state`` stores it, with its token counts."""
-        return {**msg.to_dict(), "token_memo": dict(msg._token_memo)}
-
     @classmethod
     def from_state(
         cls,
@@ -885,54 +783,8 @@ class ContextManager(ToolResultCuts, CompactionSteps, Pinning):
         manager = cls(profile, workspace, system_prompt=state.get("system_prompt", ""),
                       compactor=compactor, observer=observer, transactional=transactional,
                       tools=state.get("tools"), response_format=state.get("response_format"))
-        # A turn archived but never saved (a crash in between) is undone here;
-        # only a transactional caller (which holds the session's lock) may do it.
-        if transactional:
-            manager.recovered_files = manager.archive.recover(committed_turn=int(state.get("turn", 0)))
-        manager.turn = int(state.get("turn", 0))
-        manager.summary = state.get("summary")
-        manager.summary_language = state.get("summary_language")
-        manager.summaries = [SummaryVersion(**s) for s in state.get("summaries", [])]
-        manager.archived_ids = list(state.get("archived_ids", []))
-        manager.externalized = dict(state.get("externalized", {}))
-        manager.fate = dict(state.get("fate", {}))
-        manager.ledger = dict(state.get("ledger", {}))
-        manager._ids = set(state.get("ids", []))
-        manager._calls = {k: ToolUseBlock(id=v["id"], name=v["name"], input=v["input"], raw_input=v["raw_input"])
-                          for k, v in state.get("calls", {}).items()}
-        manager._answered = set(state.get("answered", []))
-        manager._pending_calls = dict(state.get("pending_calls", {}))
-        manager._recent = deque(state.get("recent", []))
-        manager._slid_out = list(state.get("slid_out", []))
-        manager.pinned_ids = list(state.get("pinned_ids", []))
-        manager.pins = Pins.from_dict(state.get("pins"))
-        manager._archive_files = set(state.get("archive_files", []))
-        manager.files = LiveFileTracker.from_dict(state.get("files") or {})
-        delta = state.get("pending_delta") or {}
-        manager._added = list(delta.get("added", []))
-        manager._changed = list(delta.get("changed", []))
-        manager._removed = list(delta.get("removed", []))
-        manager.stale = dict(state.get("stale") or {})
-        # A lean state has no "gone" list, but then it keeps only live stale reads.
-        manager._gone = set(state.get("gone") or [])
-        for data in state.get("messages", []):
-            msg = Message.from_dict(data)
-            msg._token_memo.update(data.get("token_memo") or {})
-            manager.messages.append(msg)
-            manager._add_live(msg)
+        manager.restore_state(state)
         return manager
-
-    def snapshot(self) -> dict[str, Any]:
-        """Everything a caller needs to show or store the current state."""
-        return {
-            "turn": self.turn,
-            "policy": self.profile.policy,
-            "summary": self.summary,
-            "summary_version": self.summary_version,
-            "live_message_ids": self.live_ids(),
-            "archived_message_ids": list(self.archived_ids),
-            "tokens": {"live": self._live_tokens, "exact": self._live_exact, "estimate": self._live_estimate},
-        }
 
 
 # ---------------------------------------------------------------- helpers
