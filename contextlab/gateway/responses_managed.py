@@ -66,6 +66,7 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
          credential: ClientCredential | None = None) -> HttpResponseBase:
     view = openai_responses.manage_view(body)
     reason = _unmanaged_reason(body, kind, wire)
+    same_bytes: bytes | None = None
     model = provider.upstream_model(body.get("model")) if "model" in body else None
     if reason:
         exchange = Exchange(owner=owner, profile=profile, provider=provider, body={**body, "model": model},
@@ -98,7 +99,12 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
                 head = managed[:1] if view.has_system and managed else []
                 managed = [*head, *(managed[len(head):][-carried:] if carried else [])]
                 exchange.upstream_messages = len(managed)
-            exchange.body = view.body(body, managed, model)
+            if managed == view.chat["messages"] and model == body.get("model"):
+                # The engine kept the whole request as it came (the common case): the agent's
+                # bytes go as they are, with no conversion back into items and no re-encoding.
+                exchange.body, same_bytes = dict(body), request.body
+            else:
+                exchange.body = view.body(body, managed, model)
         else:
             exchange.body = {**body, "model": model} if "model" in body else dict(body)
     span = telemetry.start_gateway_span(request.headers, model=exchange.model, stream=exchange.stream)
@@ -107,7 +113,8 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
     try:
         answer = upstream.post(provider, api_key, wire.path, exchange.body, stream=exchange.stream,
                                trace_headers=telemetry.upstream_trace_headers(request.headers, span),
-                               credential=(credential.header, credential.value) if credential is not None else None)
+                               credential=(credential.header, credential.value) if credential is not None else None,
+                               content=same_bytes)
     except httpx2.TimeoutException as exc:
         return _unreachable(exchange, start, 504, f"the upstream provider did not answer within "
                                                   f"{provider.timeout:g} s ({type(exc).__name__})", "upstream_timeout")

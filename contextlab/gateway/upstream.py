@@ -103,10 +103,13 @@ def with_credential(headers: dict[str, str], credential: tuple[str, str] | None)
 
 
 def post(provider: UpstreamProvider, api_key: str, path: str, body: dict[str, Any], *, stream: bool,
-         trace_headers: dict[str, str] | None = None, credential: tuple[str, str] | None = None) -> httpx2.Response:
+         trace_headers: dict[str, str] | None = None, credential: tuple[str, str] | None = None,
+         content: bytes | None = None) -> httpx2.Response:
     """POST a JSON body to ``path`` under the provider's base URL (another protocol's endpoint);
-    ``credential``: the client's own (header, value), sent instead of ``api_key``."""
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    ``credential``: the client's own (header, value), sent instead of ``api_key``; ``content``:
+    ``body`` already encoded (the agent's own bytes, when nothing in them changed)."""
+    data = content if content is not None else \
+        json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
     http = client()
     headers = {**with_credential(_headers(provider, api_key, stream=stream), credential), **(trace_headers or {})}
     request = http.build_request("POST", provider.url(path), content=data, headers=headers,

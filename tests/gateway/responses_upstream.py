@@ -28,6 +28,7 @@ class Request:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    raw: bytes = b""
 
 
 @dataclass
@@ -188,7 +189,7 @@ class ResponsesUpstream:
                     body = json.loads(raw or b"{}")
                 except ValueError:
                     body = {"unparsed": raw.decode("utf-8", "replace")}
-                request = Request("POST", self.path, dict(self.headers.items()), body)
+                request = Request("POST", self.path, dict(self.headers.items()), body, raw)
                 with upstream._lock:
                     upstream.requests.append(request)
                     step = upstream.responder(request)

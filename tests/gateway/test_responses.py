@@ -344,8 +344,8 @@ def test_it_manages_what_a_previous_response_id_call_carries_in_the_session_of_i
     assert [i["type"] for i in sent["input"]] == ["function_call_output"]
     assert sent["input"][0]["call_id"] == "call_t" and len(sent["input"][0]["output"]) < len(log) // 2
     assert "to read more" in sent["input"][0]["output"]
-    # A string input goes as the one user message item it stands for.
-    assert responses_upstream.posts[2].body["input"] == [{"type": "message", "role": "user", "content": "fix it"}]
+    # Kept whole by the engine, a request goes as the agent sent it: a string input stays a string.
+    assert responses_upstream.posts[2].body["input"] == "fix it"
     # The call and its output paired in the session; the reply of each turn recorded.
     roles = list(session.messages.order_by("seq").values_list("role", flat=True))
     assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
@@ -366,6 +366,20 @@ def test_it_shows_unknown_item_types_in_the_turns_flow_and_sends_them_as_they_ca
     assert step["details"]["unknown"] == [{"type": "ghost_note", "at": "input[1]"}]
 
 
+def test_it_sends_the_agents_own_bytes_when_the_engine_kept_the_request_whole(gateway_url, alice_token,
+                                                                                responses_upstream, big_profile):
+    """No conversion back into items and no re-encoding when nothing changed: what goes upstream is,
+    byte for byte, what the agent sent (key order, spacing and escapes included)."""
+    _route(big_profile, responses_upstream, UpstreamProvider.Mode.MANAGE)
+    sent = (b'{"input":[{"role":"user","type":"message","content":[{"type":"input_text","text":"caf\\u00e9?"}]}],'
+            b'  "model":"gpt-5", "instructions":"Be brief."}')
+    answer = httpx2.post(f"{gateway_url}/responses", content=sent, timeout=30,
+                        headers={"Authorization": f"Bearer {alice_token}", "Content-Type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    assert GatewayExchange.objects.get().managed
+    assert responses_upstream.posts[0].raw == sent
+
+
 def test_it_says_so_when_a_managed_chain_starts_outside_contextlab(client, responses_upstream, big_profile):
     _route(big_profile, responses_upstream, UpstreamProvider.Mode.MANAGE)
     client.responses.create(model="gpt-5", previous_response_id="resp_elsewhere", input="and then?")
@@ -373,7 +387,7 @@ def test_it_says_so_when_a_managed_chain_starts_outside_contextlab(client, respo
     assert exchange.managed and exchange.identity == "new" and exchange.session is not None
     assert "never forwarded (the chain starts outside ContextLab)" in exchange.error
     assert responses_upstream.posts[0].body["previous_response_id"] == "resp_elsewhere"
-    assert [i.get("role") for i in responses_upstream.posts[0].body["input"]] == ["user"]
+    assert responses_upstream.posts[0].body["input"] == "and then?"
 
 
 def test_it_relays_each_event_as_it_comes_under_daphne(tmp_path, responses_upstream):
@@ -390,8 +404,7 @@ def test_it_relays_each_event_as_it_comes_under_daphne(tmp_path, responses_upstr
                     arrivals.append(time.perf_counter())
             assert stream.get_final_response().output_text == "one two three four five six"
     assert len(arrivals) == 6 and arrivals[-1] - arrivals[0] > 1.0
-    assert responses_upstream.posts[0].body["input"] == [{"type": "message", "role": "user",
-                                                         "content": "Count to six."}]
+    assert responses_upstream.posts[0].body["input"] == "Count to six."
 
 
 def test_it_ends_a_managed_stream_cut_midway_with_an_error_event(client, responses_upstream, big_profile):
