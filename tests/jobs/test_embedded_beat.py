@@ -77,7 +77,7 @@ def test_the_asgi_module_starts_it_in_embedded_mode_only(tmp_path, extra, starte
                 "SECRET_KEY": "a-secret-key-for-this-test-only-" + "x" * 30, **extra})
     code = ("import threading, contextlab.asgi; "
             "print('Beat' in [t.name for t in threading.enumerate()]); "
-            "from contextlab import jobs; jobs.stop_embedded(5)")
+            "from contextlab.support import jobs; jobs.stop_embedded(5)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr

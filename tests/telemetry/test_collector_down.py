@@ -77,7 +77,7 @@ def test_loaddemo_with_the_collector_down_costs_one_warning_line(tmp_path) -> No
 EXITING = """
 import atexit, time, django
 django.setup()
-from contextlab import live
+from contextlab.support import live
 atexit.register(time.sleep, 0.5)  # an exit that takes a moment, as the span exporter's flush does
 live.publish("g", {"type": "x.y"}, coalesce="k")
 live.publish("g", {"type": "x.y"}, coalesce="k")  # held back: a timer sends it 0.1 s later, during the exit
