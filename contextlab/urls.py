@@ -26,5 +26,5 @@ urlpatterns = [
     # An OTLP/HTTP trace receiver: an exporter's endpoint is <server>/otlp (it adds /v1/traces).
     path("otlp/v1/traces", otlp.traces, name="cl-otlp-traces"),
     path("", include("contextlab.core.urls")),
-    path("", include("contextlab.sessions.urls")),
+    path("", include("contextlab.dashboard.urls")),
 ]

@@ -42,22 +42,6 @@ ABOVE_SESSIONS = ("contextlab.dashboard", "contextlab.api", "contextlab.gateway"
 # The web stack: the engine and lib run without it (a script, a replay, a benchmark).
 WEB_STACK = {"django", "channels", "celery", "daphne"}
 
-# Modules of ``contextlab.sessions`` that are the web face of the sessions app
-# rather than its domain: the session page's views, its routes and the admin.
-# They are built from the dashboard's fragments and forms, so they import the
-# dashboard; moving them into ``contextlab.dashboard`` (and the admin's
-# ``apply_bounds`` beside the profile form) is a move of whole modules, left to
-# the engine-and-apps regrouping step so that it does not collide with work in
-# flight on those files. Everything else in ``sessions`` keeps the contract.
-SESSIONS_WEB_FACE = {
-    "contextlab.sessions.views": "the session page's views render dashboard fragments",
-    "contextlab.sessions.urls": "routes to the dashboard's views under /sessions/",
-    "contextlab.sessions.admin": "uses the dashboard's apply_bounds on the profile knobs",
-    "contextlab.sessions.management.commands.loaddemo": "an entry point like a view: it asks the dashboard's "
-                                                        "search which story the demo tells",
-}
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -197,11 +181,10 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def _broken(package: str, forbidden: Iterable[str], *, except_for: Iterable[str] = ()) -> list[str]:
+def _broken(package: str, forbidden: Iterable[str]) -> list[str]:
     forbidden = tuple(forbidden)
-    exempt = set(except_for)
     return [f"{module} -> {target}" for module, targets in sorted(graph().items())
-            if _inside(module, package) and module not in exempt
+            if _inside(module, package)
             for target in sorted(targets) if any(_inside(target, f) for f in forbidden)]
 
 
@@ -290,14 +273,10 @@ def test_it_keeps_lib_pure() -> None:
 
 
 def test_it_keeps_sessions_below_the_screens_and_the_api() -> None:
-    broken = _broken(SESSIONS, ABOVE_SESSIONS, except_for=SESSIONS_WEB_FACE)
+    # No exception: the session pages, their routes, the admin and the demo loader are the
+    # dashboard's (they render its fragments and forms), so sessions is domain only.
+    broken = _broken(SESSIONS, ABOVE_SESSIONS)
     assert not broken, "sessions imports a layer above it:\n" + "\n".join(broken)
-
-
-def test_it_still_needs_every_listed_exception() -> None:
-    # An exception that no longer breaks the contract is taken off the list.
-    for module in SESSIONS_WEB_FACE:
-        assert any(_inside(t, p) for t in graph()[module] for p in ABOVE_SESSIONS), module
 
 
 # -- the architecture page ---------------------------------------------------------------------

@@ -21,8 +21,8 @@ from pathlib import Path
 from playwright.sync_api import Page
 
 from contextlab.dashboard import demo_story
+from contextlab.dashboard.management.commands.loaddemo import DEMO_CONVERSATION, DEMO_PROFILE
 from contextlab.sessions import services
-from contextlab.sessions.management.commands.loaddemo import DEMO_CONVERSATION, DEMO_PROFILE
 from contextlab.sessions.models import AgentSession, SessionMessage, SummaryVersion, Turn
 from tests.conversations import answer, tool_turn
 from tests.corpus import REPO

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from contextlab.sessions.management.commands.loaddemo import TAU_BENCH
+from contextlab.dashboard.management.commands.loaddemo import TAU_BENCH
 from tests.e2e.test_fresh_clone_start import (
     FIRST_START_SECONDS,
     Started,

@@ -27,11 +27,13 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
+from contextlab.dashboard import demo_story
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
 
 TAU_BENCH = Path("tau-bench") / "gpt-4o-airline.idx52.task2.trial1.json"
-DEMO_CONVERSATION = Path(__file__).resolve().parents[2] / "demo_conversation.json"
+# The shipped demo conversation is data of the sessions app, beside its models.
+DEMO_CONVERSATION = Path(__file__).resolve().parents[3] / "sessions" / "demo_conversation.json"
 # A 4,000-token window (threshold 2,800, reserve 400) and small byte limits:
 # both truncation stages and several compactions happen within a few turns.
 DEMO_PROFILE = {"max_input_length": 4_000, "recent_max_bytes": 4_000, "old_max_bytes": 1_000}
@@ -85,8 +87,6 @@ class Command(BaseCommand):
         session = services.transcript_import(owner=user, path=source, profile=profile, title=title)
         # The landing page tells the demo's story: a fact the user gave that compaction lost, found
         # and checked by the session search now (nothing is claimed when there is none).
-        from contextlab.dashboard import demo_story
-
         story = demo_story.record(session)
         self.stdout.write(
             f"Imported {source.name}: {session.turns_count} turns, {session.compactions_count} compaction(s). "
