@@ -300,7 +300,7 @@ class _Assistant:
         return message
 
 
-def sourced_messages(items: Iterable[Mapping[str, Any]]) -> tuple[list[Sourced], list[dict[str, Any]]]:
+def sourced_messages(items: Iterable[dict[str, Any]]) -> tuple[list[Sourced], list[dict[str, Any]]]:
     """Items as chat messages, in order, each with the items it came from; and the trailing
     reasoning items no message followed.
 
@@ -321,10 +321,10 @@ def sourced_messages(items: Iterable[Mapping[str, Any]]) -> tuple[list[Sourced],
             reasoning.extend(assistant.items)
         assistant = None
 
-    def add(message: dict[str, Any], item: Mapping[str, Any]) -> None:
+    def add(message: dict[str, Any], item: dict[str, Any]) -> None:
         nonlocal reasoning
         flush()
-        out.append(Sourced(message, [*reasoning, dict(item)]))
+        out.append(Sourced(message, [*reasoning, item]))
         reasoning = []
 
     for item in items:
@@ -333,7 +333,7 @@ def sourced_messages(items: Iterable[Mapping[str, Any]]) -> tuple[list[Sourced],
         if kind == "message" and role == "assistant" or kind in _ASSISTANT_CALLS or kind == "reasoning":
             if assistant is None:
                 assistant, reasoning = _Assistant(items=reasoning), []
-            assistant.items.append(dict(item))
+            assistant.items.append(item)
             if kind == "message":
                 assistant.texts.append(content_text(item.get("content")))
             elif kind != "reasoning":
@@ -353,7 +353,7 @@ def sourced_messages(items: Iterable[Mapping[str, Any]]) -> tuple[list[Sourced],
     return out, reasoning
 
 
-def chat_messages(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def chat_messages(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Items as chat messages, in order (``sourced_messages`` without the sources)."""
     return [s.message for s in sourced_messages(items)[0]]
 
