@@ -64,7 +64,8 @@ def call(request: HttpRequest, *, owner: User, profile: AgentProfile, provider: 
          body: dict[str, Any], session_header: str, wire: observe.ResponsesWire, kind: str, retry: bool,
          for_server: Callable[[Iterator[bytes]], Iterator[bytes] | AsyncIterator[bytes]],
          credential: ClientCredential | None = None) -> HttpResponseBase:
-    view = openai_responses.manage_view(body)
+    # Named conversations (Codex's thread) are read incrementally: only the items new since its last call.
+    view = openai_responses.manage_view(body, (owner.pk, profile.pk, session_header) if session_header else None)
     reason = _unmanaged_reason(body, kind, wire)
     same_bytes: bytes | None = None
     model = provider.upstream_model(body.get("model")) if "model" in body else None

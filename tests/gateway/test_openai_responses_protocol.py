@@ -157,3 +157,45 @@ def test_it_reads_a_remote_compaction_answer_as_an_opaque_summary():
     text, calls = answer.reply()
     assert text == proto.opaque_summary_text(item) and not calls
     assert "opaque" in text and "gAAAAB-summary" not in text
+
+
+# -- reading only the items a conversation did not send last time -----------------------------
+
+def _items() -> Any:
+    from hypothesis import strategies as st
+
+    text = st.sampled_from(["a", "b", "ls -la", "done"])
+    call_id = st.sampled_from(["c1", "c2", "c3"])
+    item = st.one_of(
+        st.builds(lambda role, t: {"type": "message", "role": role, "content": [{"type": "input_text", "text": t}]},
+                  st.sampled_from(["user", "developer"]), text),
+        st.builds(lambda t: {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]},
+                  text),
+        st.builds(lambda c: {"type": "function_call", "call_id": c, "name": "shell", "arguments": "{}"}, call_id),
+        st.builds(lambda c, t: {"type": "function_call_output", "call_id": c, "output": t}, call_id, text),
+        st.builds(lambda t: {"type": "reasoning", "encrypted_content": t, "summary": []}, text),
+        st.builds(lambda t: {"type": "compaction", "encrypted_content": t}, text),
+        st.builds(lambda t: {"type": "odd_item", "note": t}, text),
+    )
+    return st.lists(item, max_size=12)
+
+
+def test_reading_only_the_new_items_gives_what_reading_them_all_gives() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=150, deadline=None)
+    @given(_items(), _items(), _items(), st.integers(0, 12))
+    def check(first: list[dict[str, Any]], more: list[dict[str, Any]], other: list[dict[str, Any]], cut: int) -> None:
+        cache = proto.SourcedPrefixes(size=2)
+        # A conversation that grows (the model's run of items may go on across calls), then one
+        # rewritten from the middle (the agent's own compaction), then a call of another conversation.
+        for conversation, items in (("c", first[:1]), ("c", first), ("c", first + more),
+                                    ("c", (first + more)[:cut] + other), ("d", first), ("c", first + more)):
+            fresh = [json.loads(json.dumps(item)) for item in items]  # a new request: equal items, new objects
+            got_messages, got_trailing = cache.read(conversation, fresh)
+            want_messages, want_trailing = proto.sourced_messages(fresh)
+            assert got_messages == want_messages
+            assert got_trailing == want_trailing
+
+    check()

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextlab.engine.hook import AgentCompaction
+from contextlab.gateway.history import common_prefix
 
 ENDPOINT = "responses"
 COMPACT_ENDPOINT = "responses.compact"
@@ -353,6 +356,51 @@ def sourced_messages(items: Iterable[dict[str, Any]]) -> tuple[list[Sourced], li
     return out, reasoning
 
 
+class SourcedPrefixes:
+    """The messages a conversation's items made last time, to read only the items that are new.
+
+    Codex resends its whole conversation on every call; reading it all again
+    would cost a pass over every item, growing with the conversation (about
+    2 ms at 1,000 items). Kept per conversation (bounded, least recently used
+    first out): the last call's items and the messages they made. A message
+    made of items that the new call repeats, at the same positions, is made
+    the same way, provided the item that ended it is repeated too: until then
+    the model's run of items (reasoning, text, calls) it belongs to may go on.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._known: OrderedDict[Hashable, tuple[list[dict[str, Any]], list[Sourced]]] = OrderedDict()
+
+    def read(self, conversation: Hashable | None,
+             items: list[dict[str, Any]]) -> tuple[list[Sourced], list[dict[str, Any]]]:
+        if conversation is None:
+            return sourced_messages(items)
+        with self._lock:
+            known_items, known_sourced = self._known.pop(conversation, ([], []))
+        same = len(known_items) if len(known_items) <= len(items) and items[:len(known_items)] == known_items \
+            else common_prefix(known_items, items)
+        kept: list[Sourced] = []
+        read_up_to = 0
+        for entry in known_sourced:
+            end = read_up_to + len(entry.items)
+            if end >= same:  # the item after it is new (or changed): it may read differently now
+                break
+            kept.append(entry)
+            read_up_to = end
+        rest, trailing = sourced_messages(items[read_up_to:])
+        sourced = kept + rest
+        with self._lock:
+            self._known[conversation] = (list(items), sourced)
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+        return sourced, trailing
+
+
+sourced_prefixes = SourcedPrefixes(size=64)
+
+
 def chat_messages(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Items as chat messages, in order (``sourced_messages`` without the sources)."""
     return [s.message for s in sourced_messages(items)[0]]
@@ -458,12 +506,15 @@ class ManageView:
         return {**body, "model": model, "input": [*self.system_items, *items]}
 
 
-def manage_view(body: Mapping[str, Any]) -> ManageView:
+def manage_view(body: Mapping[str, Any], conversation: Hashable | None = None) -> ManageView:
     """The chat-completions body the engine manages: the system layer (``instructions`` and
-    the leading system/developer items) as one system message, then one message per turn item."""
+    the leading system/developer items) as one system message, then one message per turn item.
+
+    ``conversation``: a key naming the conversation, to read only the items it did not
+    send last time (``SourcedPrefixes``)."""
     items = items_of(body)
     system, rest = system_and_rest(body, items)
-    sourced, trailing = sourced_messages(rest)
+    sourced, trailing = sourced_prefixes.read(conversation, rest)
     messages = [*([{"role": "system", "content": system}] if system else []), *(s.message for s in sourced)]
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages, "stream": body.get("stream") is True}
     tools = body.get("tools")
