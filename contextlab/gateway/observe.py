@@ -29,8 +29,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import httpx2
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Count, Max, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
@@ -512,6 +513,21 @@ def settle_pending() -> int:
         except Exception:
             log.exception("observed calls of profile %s: the pending calls could not be rebuilt", profile_id)
     return settled
+
+
+def settle_at_start() -> None:
+    """``settle_pending`` when a server starts (``CONTEXTLAB_SETTLE_AT_START``); never stops the start."""
+    if not settings.CONTEXTLAB_SETTLE_AT_START:
+        return
+    try:
+        settled = settle_pending()
+    except Exception:  # e.g. a database not migrated yet: the beat and the next call settle later
+        log.exception("observed calls left pending could not be settled at start")
+        return
+    finally:
+        connections.close_all()  # this thread serves no request: its connection is not kept
+    if settled:
+        log.info("observed calls left pending by a stopped process: %d taken into their sessions", settled)
 
 
 def _inferred(call: ObservedCall) -> bool:
