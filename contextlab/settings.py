@@ -305,6 +305,9 @@ CONTEXTLAB_EMBEDDED_BEAT = envbool("CONTEXTLAB_EMBEDDED_BEAT", "false" if os.get
 # Under pytest it stays off unless asked for: importing contextlab.asgi in a test
 # must not touch a database before the test database exists.
 CONTEXTLAB_SETTLE_AT_START = envbool("CONTEXTLAB_SETTLE_AT_START", "false" if os.getenv("PYTEST_VERSION") else "true")
+# Observe mode answers the agent once the call is committed as a pending record,
+# and rebuilds the session after the answer has left (contextlab.gateway.observe).
+CONTEXTLAB_OBSERVE_ANSWER_FIRST = envbool("CONTEXTLAB_OBSERVE_ANSWER_FIRST", "true")
 
 # The upstream providers a profile may send its summaries to, as JSON:
 # {"openai": {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}}.

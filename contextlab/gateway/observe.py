@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httpx2
 from django.conf import settings
@@ -263,9 +263,12 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
         return _failed(wire, call, span, start, 502, f"the upstream provider could not be reached: "
                                                f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if stream and answer.status_code == 200:
-        streaming = upstream.event_stream(answer, for_server(_relay(wire, answer, call, start, span, provider)),
-                                          wire.passed(answer))
+        # Filled by the relay when it commits the call before the stream's last chunk, answering first.
+        committed: list[ObservedCall] = []
+        relay = _relay(wire, answer, call, start, span, provider, committed=committed if answer_first() else None)
+        streaming = upstream.event_stream(answer, for_server(relay), wire.passed(answer))
         streaming["X-ContextLab-Managed"] = "false"
+        _after_answer(streaming, committed, provider, span)
         return streaming
     try:
         content = answer.read()
@@ -278,18 +281,98 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     if answer.status_code == 200:
         wire.store_reply(call, content)
         telemetry.note_completion(span, content)
-    session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content, extra=wire.passed(answer),
                                     not_json=lambda status, message: wire.error(status, message, "upstream_not_json"))
     response["X-ContextLab-Managed"] = "false"
+    if answer_first():
+        # Committed before the answer leaves; the session is rebuilt once it has.
+        if _pending_saved(call):
+            response["X-ContextLab-Call"] = str(call.pk)
+            _after_answer(response, [call], provider, span)
+        return response
+    session = _recorded(call, provider, span)
+    if call.pk is not None:
+        response["X-ContextLab-Call"] = str(call.pk)
     if session is not None:
         response["X-ContextLab-Session"] = str(session.pk)
     return response
 
 
+def answer_first() -> bool:
+    """``CONTEXTLAB_OBSERVE_ANSWER_FIRST``: the answer goes out once the call is committed as a
+    pending record, and the session is rebuilt after (see ``_after_answer``)."""
+    return bool(settings.CONTEXTLAB_OBSERVE_ANSWER_FIRST)
+
+
+# The calls this process committed as pending and has not yet rebuilt after their answer:
+# what ``recording_drained`` waits for.
+_in_flight: set[int] = set()
+_in_flight_changed = threading.Condition()
+
+
+def _pending_saved(call: ObservedCall) -> bool:
+    """Commit the call alone, as a pending record (all a restart needs to finish it); False if it could not be."""
+    try:
+        call.save()
+    except Exception:
+        log.exception("observed call for profile %s could not be recorded", call.profile_id)
+        return False
+    with _in_flight_changed:
+        _in_flight.add(call.pk)
+    return True
+
+
+def _after_answer(response: HttpResponseBase, committed: list[ObservedCall], provider: UpstreamProvider,
+                  span: Any) -> None:
+    """Rebuild the session of the ``committed`` calls (committed as pending) once the answer has left.
+
+    The server closes the response after sending its last byte, and Django
+    runs the response's closers then, in the thread that ran the view (one
+    thread for every sync view under ASGI): the rebuild never delays the
+    agent's answer. A stream's call is in ``committed`` only once the relay
+    committed it, before the stream's last chunk. Were the process stopped
+    before the rebuild, the call stays pending, and the next call of the
+    profile, ``settle_pending`` at start or the beat's ``settle_observed_calls``
+    take it in, in the order the calls were recorded."""
+    def rebuild() -> None:
+        for call in committed:
+            try:
+                _rebuilt(call, provider, span)
+            except Exception:  # Django swallows a closer's exception: say it here
+                log.exception("observed call %s: the session could not be rebuilt after the answer", call.pk)
+            finally:
+                _landed(call)
+
+    # Django's own list of what ``close()`` calls (it closes the streamed iterator through it too).
+    cast(Any, response)._resource_closers.append(rebuild)
+
+
+def _landed(call: ObservedCall) -> None:
+    with _in_flight_changed:
+        _in_flight.discard(call.pk)
+        _in_flight_changed.notify_all()
+
+
+def recording_drained(timeout: float = 30.0) -> bool:
+    """Wait until every call this process answered first has been rebuilt; False on timeout.
+
+    For tests and for a graceful stop: the client has its answer before the
+    session holds the turn."""
+    with _in_flight_changed:
+        return _in_flight_changed.wait_for(lambda: not _in_flight, timeout=timeout)
+
+
 def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> AgentSession | None:
     """``record``, and the call's span ended with what it found (when telemetry is on)."""
-    session = record(call, provider)
+    return _span_ended(call, span, record(call, provider))
+
+
+def _rebuilt(call: ObservedCall, provider: UpstreamProvider, span: Any) -> AgentSession | None:
+    """The second half of ``record`` for a call already committed as pending; the span ended."""
+    return _span_ended(call, span, _settled(call))
+
+
+def _span_ended(call: ObservedCall, span: Any, session: AgentSession | None) -> AgentSession | None:
     if span is not None:
         reply: dict[str, Any] = {"role": "assistant", "content": call.reply_text or None}
         if call.reply_tool_calls:
@@ -335,9 +418,12 @@ def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
 
 
 def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float, span: Any,
-           provider: UpstreamProvider) -> Iterator[bytes]:
+           provider: UpstreamProvider, *, committed: list[ObservedCall] | None = None) -> Iterator[bytes]:
     """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
-    chunk that ends the stream goes out, so the agent's next call finds it."""
+    chunk that ends the stream goes out, so the agent's next call finds it.
+
+    With ``committed`` (answering first), the call is only committed as pending
+    there and added to it; the session is rebuilt when the response closes."""
     watcher = wire.watcher()
     pending = b""
     recorded = False
@@ -353,7 +439,10 @@ def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float
                     done = True
             if done and not recorded:
                 _finish(call, watcher, start, "", span)
-                _recorded(call, provider, span)
+                if committed is None:
+                    _recorded(call, provider, span)
+                elif _pending_saved(call):
+                    committed.append(call)
                 recorded = True
             yield chunk
     except httpx2.HTTPError as exc:
@@ -462,6 +551,11 @@ def record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | Non
     except Exception:
         log.exception("observed call for profile %s could not be recorded", call.profile_id)
         return None
+    return _settled(call)
+
+
+def _settled(call: ObservedCall) -> AgentSession | None:
+    """Take the committed ``call`` (and every call pending before it) into its session."""
     if not _inferred(call):
         return None
     try:

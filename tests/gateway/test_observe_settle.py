@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.test import Client
 
 from contextlab.celery import app
 from contextlab.gateway import tasks
-from contextlab.gateway.models import ObservedCall
+from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, Turn
+from tests.gateway.provider import Answer, scripted
 
 
 def _pending_call(profile: AgentProfile, text: str) -> ObservedCall:
@@ -33,3 +35,30 @@ def test_the_beat_runs_the_task() -> None:
     entry = settings.CELERY_BEAT_SCHEDULE["settle-observed-calls"]
     app.loader.import_default_modules()
     assert entry["task"] in app.tasks and entry["schedule"] == float(settings.CONTEXTLAB_SETTLE_SECONDS)
+
+
+def test_a_call_rebuilt_before_the_one_answered_just_before_it_keeps_the_order(small_profile, alice_token,
+                                                                             provider) -> None:
+    # Answering first, two calls of one conversation back to back: the second's
+    # rebuild may run before the first's (another process, or the first's process
+    # killed). Each rebuild takes in every pending call in the order they were
+    # committed: the first turn stays first.
+    UpstreamProvider.objects.create(profile=small_profile, base_url=provider.base_url, api_key="sk-up",
+                                    mode=UpstreamProvider.Mode.OBSERVE, timeout=30)
+    provider.responder = scripted(Answer("Fixed both."))
+    opening = [{"role": "system", "content": "You are a build engineer."},
+               {"role": "user", "content": "Build the shop target and report the warnings."}]
+    first = ObservedCall.objects.create(owner=small_profile.owner, profile=small_profile, status_code=200,
+                                        reply_text="Built; two warnings.", body={"model": "gpt-4o",
+                                                                                  "messages": opening})
+    second = [*opening, {"role": "assistant", "content": "Built; two warnings."},
+              {"role": "user", "content": "Fix both warnings, then build again."}]
+    answer = Client().post("/v1/chat/completions", {"model": "gpt-4o", "messages": second},
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_token}")
+    assert answer.status_code == 200
+    first.refresh_from_db()
+    latest = ObservedCall.objects.get(pk=answer["X-ContextLab-Call"])
+    assert first.session_id == latest.session_id is not None
+    turns = list(Turn.objects.filter(session_id=first.session_id).order_by("number").values_list("number", "payload"))
+    assert [number for number, _ in turns] == [1, 2]
+    assert "Fix both warnings" not in str(turns[0][1]) and "Fix both warnings" in str(turns[1][1])
