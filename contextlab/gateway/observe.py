@@ -327,9 +327,10 @@ def _after_answer(response: HttpResponseBase, committed: list[ObservedCall], pro
     """Rebuild the session of the ``committed`` calls (committed as pending) once the answer has left.
 
     The server closes the response after sending its last byte, and Django
-    runs the response's closers then, in the thread that ran the view (one
-    thread for every sync view under ASGI): the rebuild never delays the
-    agent's answer. A stream's call is in ``committed`` only once the relay
+    runs the response's closers then, in the thread that ran the view (under
+    ASGI, the thread of the request's own context): the rebuild never delays
+    this call's answer. Another call's may run meanwhile, in its own thread;
+    the rebuild's lock (the provider row; SQLite's one writer) keeps them apart. A stream's call is in ``committed`` only once the relay
     committed it, before the stream's last chunk. Were the process stopped
     before the rebuild, the call stays pending, and the next call of the
     profile, ``settle_pending`` at start or the beat's ``settle_observed_calls``
