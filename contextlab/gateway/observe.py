@@ -268,7 +268,7 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
         relay = _relay(wire, answer, call, start, span, provider, committed=committed if answer_first() else None)
         streaming = upstream.event_stream(answer, for_server(relay), wire.passed(answer))
         streaming["X-ContextLab-Managed"] = "false"
-        _after_answer(streaming, committed, provider, span)
+        _after_answer(streaming, committed, span)
         return streaming
     try:
         content = answer.read()
@@ -288,7 +288,7 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
         # Committed before the answer leaves; the session is rebuilt once it has.
         if _pending_saved(call):
             response["X-ContextLab-Call"] = str(call.pk)
-            _after_answer(response, [call], provider, span)
+            _after_answer(response, [call], span)
         return response
     session = _recorded(call, provider, span)
     if call.pk is not None:
@@ -322,30 +322,60 @@ def _pending_saved(call: ObservedCall) -> bool:
     return True
 
 
-def _after_answer(response: HttpResponseBase, committed: list[ObservedCall], provider: UpstreamProvider,
-                  span: Any) -> None:
+def _after_answer(response: HttpResponseBase, committed: list[ObservedCall], span: Any) -> None:
     """Rebuild the session of the ``committed`` calls (committed as pending) once the answer has left.
 
     The server closes the response after sending its last byte, and Django
     runs the response's closers then, in the thread that ran the view (under
     ASGI, the thread of the request's own context): the rebuild never delays
-    this call's answer. Another call's may run meanwhile, in its own thread;
-    the rebuild's lock (the provider row; SQLite's one writer) keeps them apart. A stream's call is in ``committed`` only once the relay
+    this call's answer. A stream's call is in ``committed`` only once the relay
     committed it, before the stream's last chunk. Were the process stopped
     before the rebuild, the call stays pending, and the next call of the
     profile, ``settle_pending`` at start or the beat's ``settle_observed_calls``
     take it in, in the order the calls were recorded."""
     def rebuild() -> None:
         for call in committed:
-            try:
-                _rebuilt(call, provider, span)
-            except Exception:  # Django swallows a closer's exception: say it here
-                log.exception("observed call %s: the session could not be rebuilt after the answer", call.pk)
-            finally:
-                _landed(call)
+            _rebuild_after_answer(call, span)
 
     # Django's own list of what ``close()`` calls (it closes the streamed iterator through it too).
     cast(Any, response)._resource_closers.append(rebuild)
+
+
+# Per profile: the answered calls waiting for their rebuild in this process, and the
+# profiles a thread is rebuilding. Answering first takes away the agent's wait for
+# the rebuild, and with it what held an agent back: without this, calls answered
+# faster than their profile's rebuilds (which run one at a time, under the
+# provider's lock) would pile up threads and database connections waiting for it.
+_waiting: dict[int, list[tuple[ObservedCall, Any]]] = {}
+_rebuilding: set[int] = set()
+
+
+def _rebuild_after_answer(call: ObservedCall, span: Any) -> None:
+    """Take ``call`` into its session, with every call of its profile answered meanwhile.
+
+    One thread per profile rebuilds; a call answered while it does joins the
+    next round of that thread (one rebuild takes in every pending call, in
+    order), and its own thread is free at once."""
+    profile_id = call.profile_id
+    with _in_flight_changed:
+        _waiting.setdefault(profile_id, []).append((call, span))
+        if profile_id in _rebuilding:
+            return
+        _rebuilding.add(profile_id)
+    while True:
+        with _in_flight_changed:
+            batch = _waiting.pop(profile_id, [])
+            if not batch:
+                _rebuilding.discard(profile_id)
+                return
+        try:
+            _rebuilt(batch)
+        except Exception:  # Django swallows a closer's exception: say it here
+            log.exception("observed calls of profile %s: the session could not be rebuilt after the answer",
+                          profile_id)
+        finally:
+            for answered, _ in batch:
+                _landed(answered)
 
 
 def _landed(call: ObservedCall) -> None:
@@ -368,9 +398,17 @@ def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> Agen
     return _span_ended(call, span, record(call, provider))
 
 
-def _rebuilt(call: ObservedCall, provider: UpstreamProvider, span: Any) -> AgentSession | None:
-    """The second half of ``record`` for a call already committed as pending; the span ended."""
-    return _span_ended(call, span, _settled(call))
+def _rebuilt(batch: list[tuple[ObservedCall, Any]]) -> None:
+    """The second half of ``record`` for calls (of one profile) already committed as pending; their spans ended."""
+    inferred = [call for call, _ in batch if _inferred(call)]
+    sessions: dict[int, AgentSession] = {}
+    if inferred:
+        try:
+            sessions = _settle(inferred[0].owner_id, inferred[0].profile, inferred)
+        except Exception:
+            log.exception("observed calls of profile %s: the session could not be rebuilt", inferred[0].profile_id)
+    for call, span in batch:
+        _span_ended(call, span, sessions.get(call.pk))
 
 
 def _span_ended(call: ObservedCall, span: Any, session: AgentSession | None) -> AgentSession | None:
@@ -560,7 +598,7 @@ def _settled(call: ObservedCall) -> AgentSession | None:
     if not _inferred(call):
         return None
     try:
-        return _settle(call.owner_id, call.profile, call).get(call.pk)
+        return _settle(call.owner_id, call.profile, [call]).get(call.pk)
     except Exception:
         log.exception("observed call for profile %s: the session could not be rebuilt", call.profile_id)
         return None
@@ -575,20 +613,19 @@ def _pending(owner_id: int, profile_id: int) -> QuerySet[ObservedCall]:
                                        conversation="").exclude(kind="prewarm")
 
 
-def _settle(owner_id: int, profile: AgentProfile, known: ObservedCall | None = None) -> dict[int, AgentSession]:
+def _settle(owner_id: int, profile: AgentProfile, known: list[ObservedCall] | None = None) -> dict[int, AgentSession]:
     """Rebuild with every pending call of the profile, in the order they were recorded.
 
-    ``known``: a call this process holds, not read back (its body is the largest thing read)."""
+    ``known``: calls this process holds, not read back (their bodies are the largest thing read)."""
+    held = {call.pk: call for call in known or []}
     with transaction.atomic():
         # One profile's calls are taken in the order they finished.
         UpstreamProvider.objects.select_for_update().filter(profile_id=profile.pk).first()
         pks = list(_pending(owner_id, profile.pk).order_by("pk").values_list("pk", flat=True))
         if not pks:
             return {}  # another call's rebuild took them in
-        read = {c.pk: c for c in ObservedCall.objects.filter(pk__in=[pk for pk in pks if known is None
-                                                                     or pk != known.pk])}
-        return _rebuild(owner_id, profile, [known if known is not None and pk == known.pk else read[pk]
-                                            for pk in pks])
+        read = {c.pk: c for c in ObservedCall.objects.filter(pk__in=[pk for pk in pks if pk not in held])}
+        return _rebuild(owner_id, profile, [held.get(pk) or read[pk] for pk in pks])
 
 
 def settle_pending() -> int:

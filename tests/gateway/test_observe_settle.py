@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
+
 from django.conf import settings
 from django.test import Client
 
 from contextlab.celery import app
-from contextlab.gateway import tasks
+from contextlab.gateway import observe, tasks
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, Turn
 from tests.gateway.provider import Answer, scripted
@@ -62,3 +65,32 @@ def test_a_call_rebuilt_before_the_one_answered_just_before_it_keeps_the_order(s
     turns = list(Turn.objects.filter(session_id=first.session_id).order_by("number").values_list("number", "payload"))
     assert [number for number, _ in turns] == [1, 2]
     assert "Fix both warnings" not in str(turns[0][1]) and "Fix both warnings" in str(turns[1][1])
+
+
+def test_calls_answered_while_their_profile_is_rebuilt_join_the_next_round_of_that_rebuild(monkeypatch) -> None:
+    # Answering first, calls can come faster than their profile's rebuilds (one at a
+    # time): each call's thread must not wait for the rebuild in progress, holding a
+    # database connection, but leave its call to the thread at work.
+    rounds: list[tuple[str, list[int]]] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def rebuilt(batch) -> None:
+        rounds.append((threading.current_thread().name, [call.pk for call, _ in batch]))
+        if len(rounds) == 1:
+            inside.set()
+            release.wait()
+
+    monkeypatch.setattr(observe, "_rebuilt", rebuilt)
+    calls = [SimpleNamespace(pk=pk, profile_id=7) for pk in (1, 2, 3)]
+    for call in calls:
+        observe._in_flight.add(call.pk)
+    first = threading.Thread(target=observe._rebuild_after_answer, args=(calls[0], None), name="first")
+    first.start()
+    inside.wait()
+    observe._rebuild_after_answer(calls[1], None)  # returns at once: the first thread takes it in
+    observe._rebuild_after_answer(calls[2], None)
+    assert rounds == [("first", [1])]
+    release.set()
+    first.join()
+    assert rounds == [("first", [1]), ("first", [2, 3])]
+    assert observe.recording_drained(timeout=0)
