@@ -18,6 +18,16 @@ Sides, each in its own process, all in front of the same fake provider:
   threads, forwards the bytes and stores each turn in SQLite), what recording
   a turn costs at the least.
 
+Every conversation is its own, as a real agent's are: each of its user
+messages carries its tag (``[<tag>] Turn 0: ...``, ``[<tag>] Round 3: ...``)
+and the fake provider answers it with replies of its own (the same words,
+tagged: ``reply_for``). Were the later messages and replies the same in every
+conversation, observe mode's inference of conversation identity (which weighs
+the messages two requests share, and carries no session header here) would
+rightly merge them all into one session, and every call would rewrite a session
+holding all of them: a cost no real agent brings about, which once made observe
+mode look 13.5× LiteLLM at ~100 messages.
+
 A conversation per size is grown to about the size; every call is the whole
 history plus one new user message, on a new connection, sent to every side in
 a rotating order (so no side always meets the warmer cache), non-streamed and
@@ -33,6 +43,7 @@ short run; ``--server daphne,granian`` to serve ContextLab with other ASGI serve
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -57,6 +68,14 @@ LITELLM_VENV = REPO / "var" / "bench-litellm-venv"
 REPLY = "Checked: the target builds; the warnings in /srv/shop/build.log are unchanged. " * 3
 SYSTEM = "You are a build engineer working in /srv/shop. Keep exact paths."
 MASTER_KEY = "sk-bench-master"
+# Each conversation opens with "[<tag>] Turn 0:"; the fake provider answers it with that tag in its reply.
+TAGGED = re.compile(rb'"\[([^\]"\\]{1,80})\] Turn 0:')
+
+
+def reply_for(tag: str) -> str:
+    """The fake provider's reply in the conversation ``tag``: the same words, its own conversation's."""
+    return f"[{tag}] {REPLY}" if tag else REPLY
+
 MS = 1000.0
 
 # -- the fake provider and the floor, each run as ``python this_file --upstream|--floor PORT`` ----------
@@ -70,18 +89,25 @@ def _serve_upstream(port: int) -> None:
     wants_usage = re.compile(rb'"include_usage"\s*:\s*true')
     usage = {"prompt_tokens": 321, "completion_tokens": 54, "total_tokens": 375}
     head = {"id": "chatcmpl-bench", "created": 1_774_000_000, "model": "gpt-4o"}
-    completion = json.dumps({**head, "object": "chat.completion", "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}],
-        "usage": usage}).encode()
 
     def chunk(choices: list[Any], **extra: Any) -> bytes:
         return b"data: " + json.dumps({**head, "object": "chat.completion.chunk", "choices": choices,
                                        **extra}).encode() + b"\n\n"
 
-    pieces = [REPLY[: len(REPLY) // 3], REPLY[len(REPLY) // 3: 2 * len(REPLY) // 3], REPLY[2 * len(REPLY) // 3:]]
-    events = [chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]),
-              *(chunk([{"index": 0, "delta": {"content": p}, "finish_reason": None}]) for p in pieces),
-              chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])]
+    @functools.lru_cache(maxsize=4096)
+    def answers(tag: str) -> tuple[bytes, list[bytes]]:
+        """The completion and the stream's events answering the conversation ``tag``."""
+        reply = reply_for(tag)
+        completion = json.dumps({**head, "object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            "usage": usage}).encode()
+        third = len(reply) // 3
+        pieces = [reply[:third], reply[third:2 * third], reply[2 * third:]]
+        events = [chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]),
+                  *(chunk([{"index": 0, "delta": {"content": p}, "finish_reason": None}]) for p in pieces),
+                  chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])]
+        return completion, events
+
     usage_event = chunk([], usage=usage)
 
     class Handler(BaseHTTPRequestHandler):
@@ -104,6 +130,8 @@ def _serve_upstream(port: int) -> None:
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            found = TAGGED.search(body)
+            completion, events = answers(found.group(1).decode() if found else "")
             if not streamed.search(body):
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -355,8 +383,24 @@ def conversation(tag: str, size: int) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     for turn in range(size // 2):
         messages.append({"role": "user", "content": f"[{tag}] Turn {turn}: build target t{turn} and report."})
-        messages.append({"role": "assistant", "content": REPLY})
+        messages.append({"role": "assistant", "content": reply_for(tag)})
     return messages
+
+
+def tag_of(messages: list[dict[str, Any]]) -> str:
+    """The conversation's tag, read from its first user message."""
+    opening = str(messages[1]["content"]) if len(messages) > 1 else ""
+    return opening[1:opening.index("]")] if opening.startswith("[") and "] Turn 0:" in opening else ""
+
+
+def asked(messages: list[dict[str, Any]], text: str) -> dict[str, Any]:
+    """A new user message of this conversation (its words are its own, as in a real agent's)."""
+    return {"role": "user", "content": f"[{tag_of(messages)}] {text}"}
+
+
+def answered(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reply the fake provider gives in this conversation, as the client adds it to its history."""
+    return {"role": "assistant", "content": reply_for(tag_of(messages))}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -396,18 +440,18 @@ def latency(sides: list[Side], sizes: list[int], rounds: int) -> dict[tuple[int,
                      for size in sizes for stream in (False, True)}
     for (_size, stream), messages in conversations.items():
         for opener in ("Start.", "Go on."):  # the first brings ContextLab's sessions to size, the second warms
-            messages.append({"role": "user", "content": opener})
+            messages.append(asked(messages, opener))
             body = body_of(messages, stream=stream)
             for side in sides:
                 call(side, body, stream=stream)
-            messages.append({"role": "assistant", "content": REPLY})
+            messages.append(answered(messages))
     for number in range(rounds):
         for (size, stream), messages in conversations.items():
-            messages.append({"role": "user", "content": f"Round {number}: build the next target."})
+            messages.append(asked(messages, f"Round {number}: build the next target."))
             body = body_of(messages, stream=stream)
             order = sides[number % len(sides):] + sides[:number % len(sides)]
             timed = {side.name: call(side, body, stream=stream) for side in order}
-            messages.append({"role": "assistant", "content": REPLY})
+            messages.append(answered(messages))
             direct = timed["direct"]
             for name, (first, total) in timed.items():
                 added[(size, stream, name)].append(
@@ -418,9 +462,9 @@ def latency(sides: list[Side], sizes: list[int], rounds: int) -> dict[tuple[int,
 def _client(side: Side, messages: list[dict[str, Any]], calls: int, errors: list[BaseException]) -> None:
     try:
         for n in range(calls):
-            messages.append({"role": "user", "content": f"Call {n}: next target."})
+            messages.append(asked(messages, f"Call {n}: next target."))
             call(side, body_of(messages, stream=False), stream=False)
-            messages.append({"role": "assistant", "content": REPLY})
+            messages.append(answered(messages))
     except BaseException as exc:  # reported after the run
         errors.append(exc)
 
@@ -438,9 +482,9 @@ def throughput(sides: list[Side], clients: int, calls: int, runs: int, size: int
         for side in order:
             conversations = [conversation(f"tp{run}-{side.name}-{c}", size) for c in range(clients)]
             for messages in conversations:  # untimed: brings a ContextLab session to size
-                messages.append({"role": "user", "content": "Start."})
+                messages.append(asked(messages, "Start."))
                 call(side, body_of(messages, stream=False), stream=False)
-                messages.append({"role": "assistant", "content": REPLY})
+                messages.append(answered(messages))
             remaining = [calls // clients + (1 if c < calls % clients else 0) for c in range(clients)]
             errors: list[BaseException] = []
             threads = [threading.Thread(target=_client, args=(side, conversations[c], remaining[c], errors))

@@ -34,3 +34,10 @@ application = ProtocolTypeRouter(
 from contextlab.support.jobs import start_embedded  # noqa: E402
 
 start_embedded()
+
+# Observe mode commits each call before answering and takes it into its session
+# after: the calls a killed process left pending are settled now, before this
+# server accepts a connection (nothing else runs yet, so nothing races them).
+from contextlab.gateway.observe import settle_at_start  # noqa: E402
+
+settle_at_start()

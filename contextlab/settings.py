@@ -262,6 +262,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Seconds between two sweeps for runs whose worker died (see services.runs_reap).
 CONTEXTLAB_REAP_SECONDS = envint("CONTEXTLAB_REAP_SECONDS", "30")
+# Seconds between the beat's sweeps for observed calls left pending (contextlab.gateway.tasks).
+CONTEXTLAB_SETTLE_SECONDS = envint("CONTEXTLAB_SETTLE_SECONDS", "60")
 # A run still queued after this many minutes is failed by the sweep: its job was
 # lost (Redis lost its data) or no worker is running.
 CONTEXTLAB_QUEUED_MINUTES = envint("CONTEXTLAB_QUEUED_MINUTES", "30")
@@ -286,12 +288,26 @@ CELERY_BEAT_SCHEDULE = {
         "task": "contextlab.sessions.tasks.reap_stale_runs",
         "schedule": float(CONTEXTLAB_REAP_SECONDS),
     },
+    # Observe mode's calls a stopped process committed but never took into their
+    # sessions, when no later call of their profile came to do it.
+    "settle-observed-calls": {
+        "task": "contextlab.gateway.tasks.settle_observed_calls",
+        "schedule": float(CONTEXTLAB_SETTLE_SECONDS),
+    },
 }
 # Threads of the embedded job pool: compactions mostly wait for the LLM.
 CONTEXTLAB_JOB_THREADS = envint("CONTEXTLAB_JOB_THREADS", "2")
 # The embedded beat thread starts with the ASGI application. Under pytest it
 # stays off unless asked for, so no periodic job touches a test database.
 CONTEXTLAB_EMBEDDED_BEAT = envbool("CONTEXTLAB_EMBEDDED_BEAT", "false" if os.getenv("PYTEST_VERSION") else "true")
+# The server settles observe mode's pending calls (committed, not yet in their
+# sessions: a process killed after answering) when the ASGI application loads.
+# Under pytest it stays off unless asked for: importing contextlab.asgi in a test
+# must not touch a database before the test database exists.
+CONTEXTLAB_SETTLE_AT_START = envbool("CONTEXTLAB_SETTLE_AT_START", "false" if os.getenv("PYTEST_VERSION") else "true")
+# Observe mode answers the agent once the call is committed as a pending record,
+# and rebuilds the session after the answer has left (contextlab.gateway.observe).
+CONTEXTLAB_OBSERVE_ANSWER_FIRST = envbool("CONTEXTLAB_OBSERVE_ANSWER_FIRST", "true")
 
 # The upstream providers a profile may send its summaries to, as JSON:
 # {"openai": {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}}.

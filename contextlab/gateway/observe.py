@@ -26,11 +26,12 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httpx2
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Count, Max, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
@@ -262,9 +263,12 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
         return _failed(wire, call, span, start, 502, f"the upstream provider could not be reached: "
                                                f"{type(exc).__name__}: {exc}", "upstream_unreachable")
     if stream and answer.status_code == 200:
-        streaming = upstream.event_stream(answer, for_server(_relay(wire, answer, call, start, span, provider)),
-                                          wire.passed(answer))
+        # Filled by the relay when it commits the call before the stream's last chunk, answering first.
+        committed: list[ObservedCall] = []
+        relay = _relay(wire, answer, call, start, span, provider, committed=committed if answer_first() else None)
+        streaming = upstream.event_stream(answer, for_server(relay), wire.passed(answer))
         streaming["X-ContextLab-Managed"] = "false"
+        _after_answer(streaming, committed, span)
         return streaming
     try:
         content = answer.read()
@@ -277,18 +281,137 @@ def forward(request: HttpRequest, *, owner: User, profile: AgentProfile, provide
     if answer.status_code == 200:
         wire.store_reply(call, content)
         telemetry.note_completion(span, content)
-    session = _recorded(call, provider, span)
     response = upstream.passthrough(answer, content, extra=wire.passed(answer),
                                     not_json=lambda status, message: wire.error(status, message, "upstream_not_json"))
     response["X-ContextLab-Managed"] = "false"
+    if answer_first():
+        # Committed before the answer leaves; the session is rebuilt once it has.
+        if _pending_saved(call):
+            response["X-ContextLab-Call"] = str(call.pk)
+            _after_answer(response, [call], span)
+        return response
+    session = _recorded(call, provider, span)
+    if call.pk is not None:
+        response["X-ContextLab-Call"] = str(call.pk)
     if session is not None:
         response["X-ContextLab-Session"] = str(session.pk)
     return response
 
 
+def answer_first() -> bool:
+    """``CONTEXTLAB_OBSERVE_ANSWER_FIRST``: the answer goes out once the call is committed as a
+    pending record, and the session is rebuilt after (see ``_after_answer``)."""
+    return bool(settings.CONTEXTLAB_OBSERVE_ANSWER_FIRST)
+
+
+# The calls this process committed as pending and has not yet rebuilt after their answer:
+# what ``recording_drained`` waits for.
+_in_flight: set[int] = set()
+_in_flight_changed = threading.Condition()
+
+
+def _pending_saved(call: ObservedCall) -> bool:
+    """Commit the call alone, as a pending record (all a restart needs to finish it); False if it could not be."""
+    try:
+        call.save()
+    except Exception:
+        log.exception("observed call for profile %s could not be recorded", call.profile_id)
+        return False
+    with _in_flight_changed:
+        _in_flight.add(call.pk)
+    return True
+
+
+def _after_answer(response: HttpResponseBase, committed: list[ObservedCall], span: Any) -> None:
+    """Rebuild the session of the ``committed`` calls (committed as pending) once the answer has left.
+
+    The server closes the response after sending its last byte, and Django
+    runs the response's closers then, in the thread that ran the view (under
+    ASGI, the thread of the request's own context): the rebuild never delays
+    this call's answer. A stream's call is in ``committed`` only once the relay
+    committed it, before the stream's last chunk. Were the process stopped
+    before the rebuild, the call stays pending, and the next call of the
+    profile, ``settle_pending`` at start or the beat's ``settle_observed_calls``
+    take it in, in the order the calls were recorded."""
+    def rebuild() -> None:
+        for call in committed:
+            _rebuild_after_answer(call, span)
+
+    # Django's own list of what ``close()`` calls (it closes the streamed iterator through it too).
+    cast(Any, response)._resource_closers.append(rebuild)
+
+
+# Per profile: the answered calls waiting for their rebuild in this process, and the
+# profiles a thread is rebuilding. Answering first takes away the agent's wait for
+# the rebuild, and with it what held an agent back: without this, calls answered
+# faster than their profile's rebuilds (which run one at a time, under the
+# provider's lock) would pile up threads and database connections waiting for it.
+_waiting: dict[int, list[tuple[ObservedCall, Any]]] = {}
+_rebuilding: set[int] = set()
+
+
+def _rebuild_after_answer(call: ObservedCall, span: Any) -> None:
+    """Take ``call`` into its session, with every call of its profile answered meanwhile.
+
+    One thread per profile rebuilds; a call answered while it does joins the
+    next round of that thread (one rebuild takes in every pending call, in
+    order), and its own thread is free at once."""
+    profile_id = call.profile_id
+    with _in_flight_changed:
+        _waiting.setdefault(profile_id, []).append((call, span))
+        if profile_id in _rebuilding:
+            return
+        _rebuilding.add(profile_id)
+    while True:
+        with _in_flight_changed:
+            batch = _waiting.pop(profile_id, [])
+            if not batch:
+                _rebuilding.discard(profile_id)
+                return
+        try:
+            _rebuilt(batch)
+        except Exception:  # Django swallows a closer's exception: say it here
+            log.exception("observed calls of profile %s: the session could not be rebuilt after the answer",
+                          profile_id)
+        finally:
+            for answered, _ in batch:
+                _landed(answered)
+
+
+def _landed(call: ObservedCall) -> None:
+    with _in_flight_changed:
+        _in_flight.discard(call.pk)
+        _in_flight_changed.notify_all()
+
+
+def recording_drained(timeout: float = 30.0) -> bool:
+    """Wait until every call this process answered first has been rebuilt; False on timeout.
+
+    For tests and for a graceful stop: the client has its answer before the
+    session holds the turn."""
+    with _in_flight_changed:
+        return _in_flight_changed.wait_for(lambda: not _in_flight, timeout=timeout)
+
+
 def _recorded(call: ObservedCall, provider: UpstreamProvider, span: Any) -> AgentSession | None:
     """``record``, and the call's span ended with what it found (when telemetry is on)."""
-    session = record(call, provider)
+    return _span_ended(call, span, record(call, provider))
+
+
+def _rebuilt(batch: list[tuple[ObservedCall, Any]]) -> None:
+    """The second half of ``record`` for calls (of one profile) already committed as pending; their spans ended."""
+    inferred = [call for call, _ in batch if _inferred(call)]
+    sessions: dict[int, AgentSession] = {}
+    if inferred:
+        try:
+            sessions = _settle(inferred[0].owner_id, inferred[0].profile, inferred)
+        except Exception:
+            log.exception("observed calls of profile %s: the session could not be rebuilt", inferred[0].profile_id)
+    for call, span in batch:
+        _span_ended(call, span, sessions.get(call.pk))
+
+
+def _span_ended(call: ObservedCall, span: Any, session: AgentSession | None) -> AgentSession | None:
     if span is not None:
         reply: dict[str, Any] = {"role": "assistant", "content": call.reply_text or None}
         if call.reply_tool_calls:
@@ -334,9 +457,12 @@ def _set_reply(call: ObservedCall, message: dict[str, Any]) -> None:
 
 
 def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float, span: Any,
-           provider: UpstreamProvider) -> Iterator[bytes]:
+           provider: UpstreamProvider, *, committed: list[ObservedCall] | None = None) -> Iterator[bytes]:
     """The provider's bytes, unchanged; the reply is parsed on the side and recorded before the
-    chunk that ends the stream goes out, so the agent's next call finds it."""
+    chunk that ends the stream goes out, so the agent's next call finds it.
+
+    With ``committed`` (answering first), the call is only committed as pending
+    there and added to it; the session is rebuilt when the response closes."""
     watcher = wire.watcher()
     pending = b""
     recorded = False
@@ -352,7 +478,10 @@ def _relay(wire: Wire, answer: httpx2.Response, call: ObservedCall, start: float
                     done = True
             if done and not recorded:
                 _finish(call, watcher, start, "", span)
-                _recorded(call, provider, span)
+                if committed is None:
+                    _recorded(call, provider, span)
+                elif _pending_saved(call):
+                    committed.append(call)
                 recorded = True
             yield chunk
     except httpx2.HTTPError as exc:
@@ -461,10 +590,15 @@ def record(call: ObservedCall, provider: UpstreamProvider) -> AgentSession | Non
     except Exception:
         log.exception("observed call for profile %s could not be recorded", call.profile_id)
         return None
+    return _settled(call)
+
+
+def _settled(call: ObservedCall) -> AgentSession | None:
+    """Take the committed ``call`` (and every call pending before it) into its session."""
     if not _inferred(call):
         return None
     try:
-        return _settle(call.owner_id, call.profile, call).get(call.pk)
+        return _settle(call.owner_id, call.profile, [call]).get(call.pk)
     except Exception:
         log.exception("observed call for profile %s: the session could not be rebuilt", call.profile_id)
         return None
@@ -479,20 +613,19 @@ def _pending(owner_id: int, profile_id: int) -> QuerySet[ObservedCall]:
                                        conversation="").exclude(kind="prewarm")
 
 
-def _settle(owner_id: int, profile: AgentProfile, known: ObservedCall | None = None) -> dict[int, AgentSession]:
+def _settle(owner_id: int, profile: AgentProfile, known: list[ObservedCall] | None = None) -> dict[int, AgentSession]:
     """Rebuild with every pending call of the profile, in the order they were recorded.
 
-    ``known``: a call this process holds, not read back (its body is the largest thing read)."""
+    ``known``: calls this process holds, not read back (their bodies are the largest thing read)."""
+    held = {call.pk: call for call in known or []}
     with transaction.atomic():
         # One profile's calls are taken in the order they finished.
         UpstreamProvider.objects.select_for_update().filter(profile_id=profile.pk).first()
         pks = list(_pending(owner_id, profile.pk).order_by("pk").values_list("pk", flat=True))
         if not pks:
             return {}  # another call's rebuild took them in
-        read = {c.pk: c for c in ObservedCall.objects.filter(pk__in=[pk for pk in pks if known is None
-                                                                     or pk != known.pk])}
-        return _rebuild(owner_id, profile, [known if known is not None and pk == known.pk else read[pk]
-                                            for pk in pks])
+        read = {c.pk: c for c in ObservedCall.objects.filter(pk__in=[pk for pk in pks if pk not in held])}
+        return _rebuild(owner_id, profile, [held.get(pk) or read[pk] for pk in pks])
 
 
 def settle_pending() -> int:
@@ -512,6 +645,21 @@ def settle_pending() -> int:
         except Exception:
             log.exception("observed calls of profile %s: the pending calls could not be rebuilt", profile_id)
     return settled
+
+
+def settle_at_start() -> None:
+    """``settle_pending`` when a server starts (``CONTEXTLAB_SETTLE_AT_START``); never stops the start."""
+    if not settings.CONTEXTLAB_SETTLE_AT_START:
+        return
+    try:
+        settled = settle_pending()
+    except Exception:  # e.g. a database not migrated yet: the beat and the next call settle later
+        log.exception("observed calls left pending could not be settled at start")
+        return
+    finally:
+        connections.close_all()  # this thread serves no request: its connection is not kept
+    if settled:
+        log.info("observed calls left pending by a stopped process: %d taken into their sessions", settled)
 
 
 def _inferred(call: ObservedCall) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 import pytest
 from django.contrib.auth.models import User
 from django.core.servers.basehttp import WSGIServer
@@ -18,6 +19,7 @@ from openai import AsyncOpenAI, OpenAI
 from contextlab.gateway.models import UpstreamProvider
 from contextlab.sessions.models import AgentProfile
 from contextlab.support import providers
+from tests.gateway.observed_calls import drained
 from tests.gateway.provider import Provider
 
 UPSTREAM_KEY = "sk-upstream-test-key"
@@ -54,12 +56,64 @@ class _ServerThread(LiveServerThread):
     server_class = _OneAtATimeServer
 
 
+def _recorded_after_each_answer(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    """Every client of the server at ``port`` (httpx2: the OpenAI and Anthropic SDKs' too) waits,
+    once it has read a whole answer, until the gateway has recorded what it answered.
+
+    Observe mode answers first and rebuilds the session after the answer has left
+    (``CONTEXTLAB_OBSERVE_ANSWER_FIRST``), in the server's thread: a test reading
+    the session right after its call would race that thread. The wait is on the
+    calls the gateway registered before answering (``observe.recording_drained``),
+    never a sleep, and the gateway's path is the one it takes in production."""
+    def ours(request: httpx2.Request) -> bool:
+        return request.url.host == "127.0.0.1" and request.url.port == port
+
+    send, send_async = httpx2.Client.send, httpx2.AsyncClient.send
+
+    def draining_send(self: httpx2.Client, request: httpx2.Request, *args: Any, stream: bool = False,
+                      **kwargs: Any) -> httpx2.Response:
+        response = send(self, request, *args, stream=stream, **kwargs)
+        if ours(request):
+            if stream:
+                close = response.close
+
+                def closed() -> None:
+                    close()
+                    drained()
+
+                response.close = closed  # type: ignore[method-assign]
+            else:
+                drained()
+        return response
+
+    async def draining_send_async(self: httpx2.AsyncClient, request: httpx2.Request, *args: Any,
+                                  stream: bool = False, **kwargs: Any) -> httpx2.Response:
+        response = await send_async(self, request, *args, stream=stream, **kwargs)
+        if ours(request):
+            if stream:
+                aclose = response.aclose
+
+                async def aclosed() -> None:
+                    await aclose()
+                    drained()
+
+                response.aclose = aclosed  # type: ignore[method-assign]
+            else:
+                drained()
+        return response
+
+    monkeypatch.setattr(httpx2.Client, "send", draining_send)
+    monkeypatch.setattr(httpx2.AsyncClient, "send", draining_send_async)
+
+
 @pytest.fixture
-def gateway_server(transactional_db: None) -> Iterator[str]:
+def gateway_server(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The project under WSGI on 127.0.0.1, started and stopped around one test; yields its URL.
 
     Like Django's LiveServerTestCase: the in-memory test database connection is
     shared with the server thread, and data is committed (transactional_db).
+    Its clients wait for observe mode's recording after each answer
+    (``_recorded_after_each_answer``).
     """
     shared = {c.alias: c for c in connections.all() if c.vendor == "sqlite" and c.is_in_memory_db()}
     thread = _ServerThread("127.0.0.1", _StaticFilesHandler, connections_override=shared, port=0)
@@ -71,6 +125,7 @@ def gateway_server(transactional_db: None) -> Iterator[str]:
     try:
         if thread.error:
             raise thread.error
+        _recorded_after_each_answer(monkeypatch, thread.port)
         yield f"http://127.0.0.1:{thread.port}"
     finally:
         thread.terminate()

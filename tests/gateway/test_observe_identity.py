@@ -10,6 +10,7 @@ import pytest
 from contextlab.gateway import observe as observe_gateway
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, AgentSession
+from tests.gateway.observed_calls import session_of
 from tests.gateway.provider import Answer, Provider, scripted
 
 TERSE = "Working on it."
@@ -44,7 +45,7 @@ def test_it_keeps_three_interleaved_runs_apart_when_the_upstream_answers_tersely
         for name in (RUNS if round_ % 2 == 0 else reversed(list(RUNS))):
             answer = _post(gateway_url, alice_token, held[name])
             assert answer.status_code == 200, answer.text
-            sessions[name].add(answer.headers["X-ContextLab-Session"])
+            sessions[name].add(session_of(answer))
             held[name] += [{"role": "assistant", "content": TERSE}, {"role": "user", "content": "continue"}]
     assert all(len(found) == 1 for found in sessions.values()), sessions
     assert len({next(iter(found)) for found in sessions.values()}) == 3

@@ -12,6 +12,7 @@ from contextlab.gateway import observe as observe_gateway
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, AgentSession, SessionMessage, Turn
 from contextlab.sessions.services.observed import observed_session_write
+from tests.gateway.observed_calls import session_of
 from tests.gateway.provider import USAGE, Answer, Error, Provider, completion, scripted
 
 
@@ -40,7 +41,7 @@ def test_it_passes_a_completion_unchanged_and_keeps_the_providers_usage(gateway_
     assert provider.chat_requests[-1].raw == json.dumps(body, indent=2).encode()
     assert answer.content == json.dumps(completion(Answer("Hello there."), 1)).encode()
     assert answer.headers["X-ContextLab-Managed"] == "false"
-    session = AgentSession.objects.get(pk=answer.headers["X-ContextLab-Session"])
+    session = AgentSession.objects.get(pk=session_of(answer))
     turn = Turn.objects.get(session=session)
     assert turn.usage == USAGE and turn.policy == "observed"
     assert turn.payload_tokens > 0 and turn.payload == body["messages"]
@@ -68,7 +69,7 @@ def test_it_keeps_conversations_named_by_the_session_header_apart(gateway_url, a
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "The same opening words for two runs."}]}
     first = _post(gateway_url, alice_token, body, **{"X-ContextLab-Session": "run-1"})
     second = _post(gateway_url, alice_token, body, **{"X-ContextLab-Session": "run-2"})
-    assert first.headers["X-ContextLab-Session"] != second.headers["X-ContextLab-Session"]
+    assert session_of(first) != session_of(second)
     assert AgentSession.objects.filter(source__format="observed").count() == 2
 
 
@@ -187,7 +188,7 @@ def test_it_writes_after_each_call_the_rows_a_rewrite_from_every_request_writes(
         answer = _post(gateway_url, alice_token, {"model": "gpt-4o", "messages": messages},
                        **{"X-ContextLab-Session": "one-run"})
         assert answer.status_code == 200
-        session = AgentSession.objects.get(pk=answer.headers["X-ContextLab-Session"])
+        session = AgentSession.objects.get(pk=session_of(answer))
         recorded = [observe_gateway._recorded_request(seq, c) for seq, c in
                     enumerate(ObservedCall.objects.filter(status_code=200).order_by("pk"), start=1)]
         # Rewritten beside it, in a session of its own: rewriting this one would make

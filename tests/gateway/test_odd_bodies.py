@@ -15,6 +15,7 @@ import pytest
 
 from contextlab.gateway.models import ObservedCall, UpstreamProvider
 from contextlab.sessions.models import AgentProfile, AgentSession, SessionMessage, Turn
+from tests.gateway.observed_calls import session_of
 from tests.gateway.provider import Answer, Provider, scripted
 
 
@@ -77,9 +78,10 @@ def test_it_keeps_the_turn_of_an_observed_call_with_a_lone_surrogate(gateway_url
     assert answer.status_code == 200
     # The agent's own bytes went upstream unchanged.
     assert provider.chat_requests[-1].raw == raw
+    session_id = session_of(answer)
     call = ObservedCall.objects.get()
     assert call.status_code == 200 and call.session is not None
-    session = AgentSession.objects.get(pk=answer.headers["X-ContextLab-Session"])
+    session = AgentSession.objects.get(pk=session_id)
     assert Turn.objects.filter(session=session).count() == 1
     texts = [json.dumps(m.content) for m in SessionMessage.objects.filter(session=session)]
     assert any("before \\ufffd after" in text for text in texts), texts

@@ -39,6 +39,7 @@ print(json.dumps(profile.name))
 # The rows as the two processes left them, then as a rewrite from every recorded call writes them.
 STATE = """
 import json
+import time
 from contextlab.gateway import observe
 from contextlab.gateway.models import ObservedCall
 from contextlab.sessions.models import AgentSession, SessionMessage, Turn
@@ -52,6 +53,12 @@ def rows(session):
             "number", "outcome", "compacted_count")],
     }
 
+# The web processes answer first and rebuild after: once no call is pending, every
+# rebuild has committed (a call leaves the pending state in its rebuild's transaction).
+deadline = time.monotonic() + 120
+while (ObservedCall.objects.filter(status_code=200, error="", conversation="").exclude(kind="prewarm").exists()
+       and time.monotonic() < deadline):
+    time.sleep(0.05)
 [session] = AgentSession.objects.filter(source__format="observed", profile__name="copaw-observed")
 served = rows(session)
 calls = ObservedCall.objects.filter(profile=session.profile, status_code=200, error="").order_by("pk")
