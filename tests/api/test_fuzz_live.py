@@ -30,7 +30,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.gateway.servers import REPO, _environment, _wait_until_serving
+from tests.gateway.servers import REPO, _environment, _wait_until_serving, embedded_only
 
 SEED = int(os.environ.get("CONTEXTLAB_FUZZ_SEED") or 20_261_203)
 MAX_EXAMPLES = int(os.environ.get("CONTEXTLAB_FUZZ_EXAMPLES") or 40)
@@ -38,9 +38,7 @@ PHASES = os.environ.get("CONTEXTLAB_FUZZ_PHASES") or "examples,coverage,fuzzing,
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("CONTEXTLAB_SCALED_TESTS")),
-    reason="the server under test has its own database either way; once per CI run is enough")
+pytestmark = embedded_only
 
 
 @dataclass

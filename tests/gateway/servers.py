@@ -25,8 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+# A test that serves the project from a process of its own, on an SQLite file of its own, runs the
+# same whichever mode the calling suite is in: the scaled run skips it rather than repeat it. (Its
+# scaled-mode counterparts, where there are any, live in tests/scaled/.)
+embedded_only = pytest.mark.skipif(
+    bool(os.environ.get("CONTEXTLAB_SCALED_TESTS")),
+    reason="runs the project in a process and on a database of its own, whatever the mode: once per CI run")
 
 SEED = """
 import json, sys

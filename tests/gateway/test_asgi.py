@@ -12,7 +12,9 @@ import pytest
 from openai import OpenAI
 
 from tests.gateway.provider import Answer, Provider, scripted
-from tests.gateway.servers import RunningGateway, gateway_under_daphne
+from tests.gateway.servers import RunningGateway, embedded_only, gateway_under_daphne
+
+pytestmark = embedded_only
 
 SYSTEM = {"role": "system", "content": "You are a build agent."}
 

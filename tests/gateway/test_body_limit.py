@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gateway.servers import RunningGateway, gateway_under_daphne
+from tests.gateway.servers import RunningGateway, embedded_only, gateway_under_daphne
 
 MB = 1024 * 1024
 MESSAGE = "the request body is larger than this server accepts"
@@ -61,6 +61,7 @@ def daphne(tmp_path_factory) -> Iterator[RunningGateway]:
         yield running
 
 
+@embedded_only
 @pytest.mark.parametrize(("path", "shape"), [SHAPES[0], SHAPES[2], SHAPES[4]])
 def test_daphne_refuses_in_the_shape_of_the_endpoints_protocol(daphne, path, shape):
     host, port = daphne.url.removeprefix("http://").removesuffix("/v1").split(":")

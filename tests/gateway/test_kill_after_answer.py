@@ -27,7 +27,10 @@ import httpx2
 import pytest
 
 from tests.gateway.provider import Answer, Provider, scripted
-from tests.gateway.servers import REPO, SEED, _environment, _wait_until_serving
+from tests.gateway.servers import REPO, SEED, _environment, _wait_until_serving, embedded_only
+
+# tests/scaled/test_kill_after_answer.py is the same proof on PostgreSQL and Redis.
+pytestmark = embedded_only
 
 
 @contextmanager

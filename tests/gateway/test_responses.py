@@ -29,7 +29,7 @@ from tests.gateway.responses_upstream import (
     scripted,
     text,
 )
-from tests.gateway.servers import gateway_under_daphne
+from tests.gateway.servers import embedded_only, gateway_under_daphne
 
 
 @pytest.fixture
@@ -390,6 +390,7 @@ def test_it_says_so_when_a_managed_chain_starts_outside_contextlab(client, respo
     assert responses_upstream.posts[0].body["input"] == "and then?"
 
 
+@embedded_only
 def test_it_relays_each_event_as_it_comes_under_daphne(tmp_path, responses_upstream):
     """Under ASGI, as deployed: events 0.3 s apart reach the client spread the same way, not all at the end."""
 

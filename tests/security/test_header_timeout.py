@@ -15,7 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gateway.servers import RunningGateway, gateway_under_daphne
+from tests.gateway.servers import RunningGateway, embedded_only, gateway_under_daphne
+
+pytestmark = embedded_only
 
 LIMIT = 2.0
 SLACK = 3.0

@@ -19,6 +19,7 @@ from contextlab.engine.core.profile import Profile
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentProfile, AgentSession
 from tests.conversations import answer, tool_turn
+from tests.gateway.servers import embedded_only
 from tests.security.conftest import members, zipped
 
 
@@ -192,6 +193,7 @@ def test_profiles_saved_with_an_unknown_timezone_load_as_utc(alice_session):
 # -- a refused websocket under the real server ---------------------------------------------
 
 
+@embedded_only
 def test_a_refused_websocket_gets_its_close_code_not_an_http_403(server):
     """Under daphne a close before the accept becomes an HTTP 403, which the page takes for a network error."""
     base = server.url.removesuffix("/v1")

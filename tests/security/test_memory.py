@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from tests.gateway.servers import embedded_only
+
 MB = 1024 * 1024
 MAX_GROWTH = 100 * MB
 
@@ -54,6 +56,7 @@ def _zeros(total: int):
         yield chunk
 
 
+@embedded_only
 @pytest.mark.parametrize("chunked", [False, True])
 def test_it_refuses_a_300_mb_anonymous_post_without_holding_it(server, chunked):
     base = server.url.removesuffix("/v1")
@@ -80,6 +83,7 @@ def _bomb() -> bytes:
     return buffer.getvalue()
 
 
+@embedded_only
 def test_it_unpacks_a_zip_bomb_without_holding_it(server):
     bomb = _bomb()
     assert len(bomb) < MB
@@ -129,6 +133,7 @@ async def test_the_middleware_answers_413_before_the_rest_is_read(settings, decl
 FORGED = [b"Authorization: Bearer cl_forged_0123456789", b"Cookie: sessionid=forgedsessionkey0123456789abcdef"]
 
 
+@embedded_only
 @pytest.mark.parametrize("credential", FORGED)
 @pytest.mark.parametrize("chunked", [False, True])
 def test_it_refuses_a_large_upload_with_a_forged_credential_before_holding_it(server, credential, chunked):
@@ -143,6 +148,7 @@ def test_it_refuses_a_large_upload_with_a_forged_credential_before_holding_it(se
     assert _peak_rss(server.process.pid) - before <= MAX_GROWTH
 
 
+@embedded_only
 def test_it_still_takes_a_large_upload_with_a_real_token(server):
     base = server.url.removesuffix("/v1")
     transcript = b"\n".join(json.dumps({"role": "user", "content": f"message {i} " + "y" * 40_000}).encode()

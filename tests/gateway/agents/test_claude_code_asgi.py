@@ -13,7 +13,9 @@ import pytest
 from tests.gateway.agents.claude_code import run_claude
 from tests.gateway.agents.test_claude_code import SECRET, brain
 from tests.gateway.anthropic_provider import Answer, AnthropicProvider
-from tests.gateway.servers import RunningGateway, gateway_under_daphne
+from tests.gateway.servers import RunningGateway, embedded_only, gateway_under_daphne
+
+pytestmark = embedded_only
 
 
 @pytest.fixture
