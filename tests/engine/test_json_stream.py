@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextlab.engine.core.errors import InputTooLarge, MalformedInput
-from contextlab.engine.importers.json_stream import MAX_DEPTH, JsonSyntaxError, StreamParser, load
+from contextlab.engine.importers.json_stream import (
+    MAX_DEPTH,
+    JsonSyntaxError,
+    ParseBudget,
+    StreamParser,
+    load,
+)
 
 
 def _parse(text: str, chunk: int) -> Any:
@@ -105,5 +111,5 @@ def test_it_names_the_byte_of_bad_utf8_across_pieces():
 def test_it_refuses_a_document_of_tiny_values_past_its_budget():
     document = "[" + ",".join(["{}"] * 100_000) + "]"  # 300 KB of text, some 7 MB once parsed
     with pytest.raises(InputTooLarge, match="more than 1,000,000 bytes of memory once parsed .TEST_SETTING."):
-        load(io.BytesIO(document.encode()), budget=1_000_000, budget_text="TEST_SETTING")
-    assert len(load(io.BytesIO(document.encode()), budget=20_000_000)) == 100_000
+        load(io.BytesIO(document.encode()), budget=ParseBudget(1_000_000, "TEST_SETTING"))
+    assert len(load(io.BytesIO(document.encode()), budget=ParseBudget(20_000_000))) == 100_000

@@ -51,7 +51,7 @@ from contextlab.sessions.models import (
     SummaryVersion,
     Turn,
 )
-from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH
+from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH, upload_budget
 from contextlab.sessions.services.profiles import profile_observed
 
 OBSERVED_POLICY = "observed"
@@ -391,8 +391,8 @@ def _workspace_rows(session: AgentSession, workspace: CopawWorkspace) -> None:
 
 
 def unpack_budget(path: Path) -> UnpackBudget:
-    """What an uploaded zip may unpack to: each member one JSON document of a bundle, in all twice the
-    archive plus that, so the import holds at most about twice its upload plus a constant."""
+    """What an uploaded zip may unpack to, on disk: each member one JSON document of a bundle, in all
+    twice the archive plus that. What its members cost in memory once read is ``upload_budget``'s."""
     body = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     size = path.stat().st_size if path.is_file() else 0
     return UnpackBudget(
@@ -405,12 +405,14 @@ def unpack_budget(path: Path) -> UnpackBudget:
 
 def copaw_workspace_import(*, owner: User, path: Path, title: str = "", file_name: str = "") -> AgentSession:
     """A CoPaw workspace (folder or zip, with its ``requests/`` log inside when there is one) as a session."""
+    # One budget for all the workspace's files and its requests: they are one upload.
+    budget = upload_budget(path.stat().st_size) if path.is_file() else None
     with opened_folder(path, WORKSPACE_MARKERS, unpack_budget(path)) as folder:
         if not any((folder / n).exists() for n in WORKSPACE_MARKERS):
             raise MalformedInput("not a CoPaw workspace: no agent.json, sessions/ or dialog/", field="file")
-        workspace = read_workspace(folder)
+        workspace = read_workspace(folder, budget)
         request_dir = next((d for d in (folder / "requests", folder.parent / "requests") if d.is_dir()), None)
-        requests = read_request_folder(request_dir) if request_dir is not None else []
+        requests = read_request_folder(request_dir, budget) if request_dir is not None else []
     report = analyse(workspace, observe(requests) if requests else None)
     profile = _copaw_profile(owner, f"CoPaw {workspace.folder_name}", {
         k: v for k, v in workspace.profile.items() if k in PROFILE_KNOBS})
@@ -445,9 +447,10 @@ def _write_memory(session: AgentSession, workspace: CopawWorkspace) -> None:
 def requests_import(*, owner: User, path: Path, title: str = "", file_name: str = "",
                     profile: AgentProfile | None = None) -> AgentSession:
     """A folder (or zip) of recorded request bodies, as the session of its main conversation."""
+    budget = upload_budget(path.stat().st_size) if path.is_file() else None
     with opened_folder(path, REQUEST_MARKERS, unpack_budget(path)) as folder:
         inner = folder / "requests" if (folder / "requests").is_dir() else folder
-        requests = read_request_folder(inner)
+        requests = read_request_folder(inner, budget)
     observer = observe(requests)
     source = {"format": "requests", "file": file_name or path.name, "requests": len(requests),
               "messages": len(requests), "conversations": len(observer.conversations), "warnings": []}
@@ -481,7 +484,7 @@ def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = ""
 
     try:
         with path.open("rb") as fh:
-            records, rejected = file_requests(fh, path.stat().st_size)
+            records, rejected = file_requests(fh, upload_budget(path.stat().st_size))
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedInput(f"the file is not an OTLP JSON trace export: {exc}", field="file") from exc
     if not records:
