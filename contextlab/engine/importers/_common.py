@@ -110,17 +110,13 @@ _PEEK = 64 * 1024
 _RECORD_COST = 64 + 32 + 8
 
 
-def parsed_budget(size: int) -> ParseBudget:
-    """The budget of a ``size``-byte file read on its own (no upload sets one): ``ParseBudget.for_size``."""
-    return ParseBudget.for_size(size)
-
-
 def read_source(path: str | Path, budget: ParseBudget | None = None) -> Source:
-    """The file at ``path`` parsed, everything it holds within ``budget`` (by default, the file's size)."""
+    """The file at ``path`` parsed, everything it holds within ``budget`` (by default, one set by the
+    file's size, for a file read on its own)."""
     file_path = Path(path)
     try:
         stat = file_path.stat()
-        budget = budget or parsed_budget(stat.st_size)
+        budget = budget or ParseBudget.for_size(stat.st_size)
         mtime = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC)
         with file_path.open("rb") as fh:
             source = Source(

@@ -45,13 +45,11 @@ _LIST_ITEM_COST = 8
 _DICT_ITEM_COST = 48
 # A key (or a shared string) kept once for the whole upload: the string and its entry in the table.
 _KEY_ENTRY_COST = 48
-# Strings at least this long are kept once per upload when the budget shares them: a request log
-# repeats the conversation so far in every request, a trace in every LLM span.
-_SHARED_MIN = 32
-# The most memory a parsed upload may take: honest transcripts of many small
-# fields take 1.2 to 2 times their size as Python objects (keys are kept once per
-# upload), long texts about once; a document of tiny values ("[{},{},...]",
-# "[0,0,...]") takes 4 to 25 times, and is refused before it is built.
+# The most memory a parsed upload may take: the transcripts of the shared corpus
+# take 0.6 to 2.5 times their size as Python objects once keys and strings are
+# kept once per upload (those of megabytes 1.5 to 1.6 times), long texts about once; a
+# document of tiny values ("[{},{},...]", "[0,0,...]") takes 4 to 25 times, and is
+# refused before it is built.
 PARSED_FACTOR = 2
 PARSED_SLACK = 6 * 1024 * 1024
 # How much of a line is read at a time: a line past its limit is refused after at most this much more.
@@ -80,9 +78,8 @@ class ParseBudget:
     Lines (or one JSON document read whole) may hold, ``line_text`` what sets it.
 
     The keys of every parsed object are kept once for the whole upload; with
-    ``share_strings``, so are the longer string values (the same text parsed
-    twice is one ``str``), for a caller that holds what it parses to the end
-    anyway. What is kept that way is ``held``: never given back by ``release``.
+    ``share_strings``, so are the string values (the same text parsed twice is
+    one ``str``), for a caller that holds what it parses to the end anyway. What is kept that way is ``held``: never given back by ``release``.
     """
 
     def __init__(self, limit: int | None, text: str = "", *, line_bytes: int | None = None,
@@ -306,7 +303,10 @@ class StreamParser:
         text = self._string()
         if self._budget is None:
             return text
-        if self._share and len(text) >= _SHARED_MIN:
+        # Kept once per upload when the budget shares strings: a request log repeats the conversation
+        # so far in every request, a trace in every LLM span, a Claude Code transcript its working
+        # folder, version and session id on every line.
+        if self._share:
             return self._budget.keep(text, self._where)
         self._spend(sys.getsizeof(text))
         return text
