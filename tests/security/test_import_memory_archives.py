@@ -191,6 +191,14 @@ def test_it_refuses_a_copaw_dialog_bomb(alice, tmp_path, small_limits):
     assert not AgentSession.objects.exists()
 
 
+def test_it_names_no_database_constraint_for_a_workspace_that_repeats_a_message_id(alice, tmp_path, small_limits):
+    line = json.dumps({"id": "m1", "role": "user", "content": [{"type": "text", "text": "again"}]})
+    result = services.transcript_import(owner=alice, path=_zip(tmp_path / "workspace.zip", _workspace([line] * 3)))
+    ids = list(SessionMessage.objects.filter(session=result).order_by("seq").values_list("message_id", flat=True))
+    assert ids == ["m1", "m1#dup2", "m1#dup3"]
+    assert result.messages_count == 3
+
+
 def _span(n: int, messages: Any, *, raw: str | None = None) -> dict[str, Any]:
     text = raw if raw is not None else json.dumps(messages)
     return {"traceId": "ab" * 16, "spanId": f"{n:016x}", "name": "chat", "startTimeUnixNano": str(1_000 + n),

@@ -365,29 +365,50 @@ def _copaw_profile(owner: User, name: str, knobs: dict[str, Any]) -> AgentProfil
 
 
 def _workspace_rows(session: AgentSession, workspace: CopawWorkspace) -> None:
-    """Without a request log: the archived and live messages and the current summary, as the workspace holds them."""
-    rows: list[SessionMessage] = []
+    """Without a request log: the archived and live messages and the current summary, as the workspace holds them.
+
+    Rows are inserted a batch at a time; a message id the workspace uses again gets a ``#dupN``
+    suffix (as the transcript importers rename one), never a database error."""
+    batch: list[SessionMessage] = []
+    seen: set[str] = set()
     located = [(a["message"], SessionMessage.Status.ARCHIVED, a["file"], a["line"]) for a in workspace.archived]
     located += [(m, SessionMessage.Status.LIVE, "", None) for m in workspace.live_messages]
     for index, (message, status, file, line) in enumerate(located, start=1):
         content = message.get("content")
         blocks = ([b for b in content if isinstance(b, dict)] if isinstance(content, list)
                   else [{"type": "text", "text": str(content or "")}])
-        rows.append(SessionMessage(session=session, message_id=str(message.get("id") or f"m{index}")[:200],
-                                   seq=index, role=str(message.get("role", ""))[:16],
-                                   name=str(message.get("name") or ""), timestamp=str(message.get("timestamp") or ""),
-                                   content=blocks, current_content=blocks, status=status, archive_file=file,
-                                   archive_line=line))
-    SessionMessage.objects.bulk_create(rows)
+        batch.append(SessionMessage(session=session, message_id=_unique_id(str(message.get("id") or f"m{index}"), seen),
+                                    seq=index, role=str(message.get("role", ""))[:16],
+                                    name=str(message.get("name") or ""), timestamp=str(message.get("timestamp") or ""),
+                                    content=blocks, current_content=blocks, status=status, archive_file=file,
+                                    archive_line=line))
+        if len(batch) >= _ROW_BATCH:
+            SessionMessage.objects.bulk_create(batch)
+            batch = []
+    SessionMessage.objects.bulk_create(batch)
     if workspace.summary:
         SummaryVersion.objects.create(session=session, version=1, text=workspace.summary, turn=0, trigger="",
                                       compactor="agent", compacted_ids=[])
     session.summary = workspace.summary
     session.summary_version = 1 if workspace.summary else 0
-    session.messages_count = len(rows)
+    session.messages_count = len(located)
     session.live_count = len(workspace.live_messages)
     session.system_prompt = workspace.system_prompt
     session.save()
+
+
+_ROW_BATCH = 500
+
+
+def _unique_id(message_id: str, seen: set[str]) -> str:
+    """``message_id`` (cut to what a row holds), or with a ``#dupN`` suffix when ``seen`` has it already."""
+    unique = message_id[:200]
+    n = 2
+    while unique in seen:
+        unique = f"{message_id[:190]}#dup{n}"
+        n += 1
+    seen.add(unique)
+    return unique
 
 
 def unpack_budget(path: Path) -> UnpackBudget:
@@ -423,11 +444,12 @@ def copaw_workspace_import(*, owner: User, path: Path, title: str = "", file_nam
         session = observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
                                           title=title or f"CoPaw {workspace.folder_name}")
     else:
-        session = AgentSession.objects.create(
-            owner=owner, profile=profile, source=source,
-            title=(title or f"CoPaw {workspace.folder_name}")[:MAX_TITLE_LENGTH],
-            tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
-        _workspace_rows(session, workspace)
+        with transaction.atomic():
+            session = AgentSession.objects.create(
+                owner=owner, profile=profile, source=source,
+                title=(title or f"CoPaw {workspace.folder_name}")[:MAX_TITLE_LENGTH],
+                tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
+            _workspace_rows(session, workspace)
     _write_memory(session, workspace)
     return session
 
