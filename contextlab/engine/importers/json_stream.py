@@ -125,8 +125,9 @@ def bounded_lines(fh: IO[bytes], budget: ParseBudget | None = None, name: str = 
     """The lines of ``fh`` as (1-based number, byte offset, bytes with the line break), one at a time.
 
     A line is read in pieces of ``LINE_PIECE`` bytes and refused as soon as it
-    passes the budget's ``line_bytes``: a 60 MB line costs one piece past the
-    limit, never the whole line. ``name`` names the file in the message.
+    passes the budget's ``line_bytes``, or what is left of the budget itself: a
+    60 MB line costs one piece past the limit, never the whole line. ``name``
+    names the file in the message.
     """
     limit = budget.line_bytes if budget is not None else None
     offset = 0
@@ -141,6 +142,9 @@ def bounded_lines(fh: IO[bytes], budget: ParseBudget | None = None, name: str = 
         while not piece.endswith(b"\n"):
             if limit is not None and size > limit:
                 break
+            if budget is not None and budget.limit is not None and budget.spent + size > budget.limit:
+                # Within the line limit but past what the upload has left: refused now, not once read whole.
+                budget.spend(size, f"in {name} line {number}" if name else f"at line {number}")
             piece = fh.readline(LINE_PIECE)
             if not piece:
                 break
