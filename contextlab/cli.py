@@ -98,6 +98,7 @@ def run_import_requests(args: argparse.Namespace) -> int:
 
 def run_import_otlp(args: argparse.Namespace) -> int:
     from contextlab.engine.importers.copaw_workspace import observe_requests
+    from contextlab.engine.importers.json_stream import ParseBudget
     from contextlab.engine.observe.inference import (
         load_recorded_request,
         render_requests_report,
@@ -107,7 +108,7 @@ def run_import_otlp(args: argparse.Namespace) -> int:
 
     try:
         with open(args.trace, "rb") as fh:
-            records, _ = file_requests(fh, os.fstat(fh.fileno()).st_size)
+            records, _ = file_requests(fh, ParseBudget.for_size(os.fstat(fh.fileno()).st_size))
     except ValueError as exc:
         raise MalformedInput(f"{args.trace} is not an OTLP JSON trace export: {exc}") from exc
     if not records:

@@ -42,8 +42,9 @@ ASGIApp = Callable[..., Awaitable[None]]
 _BODY = json.dumps({"error": "the request body is larger than this server accepts", "field": "body"}).encode()
 # The 413 body of views whose clients read errors in a wire protocol's own shape (an agent's
 # SDK shows the message only from there), by URL name; the app that serves them fills it in
-# (the gateway's protocol adapters), so this module knows no protocol.
-REFUSAL_BODIES: dict[str, bytes] = {}
+# (the gateway's protocol adapters), so this module knows no protocol. A callable is asked at
+# the time of the refusal (a body that names the limit in force).
+REFUSAL_BODIES: dict[str, bytes | Callable[[], bytes]] = {}
 
 
 def refusal_body(path: str) -> bytes:
@@ -54,7 +55,8 @@ def refusal_body(path: str) -> bytes:
         name = resolve(path).url_name
     except Resolver404:
         return _BODY
-    return REFUSAL_BODIES.get(name or "", _BODY)
+    body = REFUSAL_BODIES.get(name or "", _BODY)
+    return body() if callable(body) else body
 
 
 # The views that take a file upload (multipart, outside DATA_UPLOAD_MAX_MEMORY_SIZE).

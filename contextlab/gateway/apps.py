@@ -15,6 +15,7 @@ class GatewayConfig(AppConfig):
 
     def ready(self) -> None:
         from contextlab.core import bodylimit
+        from contextlab.gateway import otlp
         from contextlab.gateway.protocols import anthropic_messages, openai_responses
 
         # The server refuses an oversized body before any view runs: the agents' SDKs then read
@@ -24,4 +25,6 @@ class GatewayConfig(AppConfig):
         bodylimit.REFUSAL_BODIES.update({
             "cl-gateway-anthropic-messages": anthropic, "cl-gateway-anthropic-count-tokens": anthropic,
             "cl-gateway-responses": openai, "cl-gateway-responses-compact": openai, "cl-gateway-chat": openai,
+            # An OTLP exporter reads a google.rpc.Status: RESOURCE_EXHAUSTED, naming the limit.
+            "cl-otlp-traces": otlp.too_large_body,
         })

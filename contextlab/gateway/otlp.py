@@ -17,6 +17,7 @@ surrogate) rejected alone in a ``partial_success`` while the others are recorded
 from __future__ import annotations
 
 import base64
+import io
 import json
 import logging
 import zlib
@@ -38,7 +39,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from contextlab.engine.core.errors import InvalidProfile
+from contextlab.engine.core.errors import InputTooLarge, InvalidProfile, MalformedInput
+from contextlab.engine.importers.json_stream import JsonSyntaxError, ParseBudget, load
 from contextlab.engine.observe.otlp import Export, llm_requests, read_export
 from contextlab.gateway import observe, services
 from contextlab.gateway.models import UpstreamProvider
@@ -57,6 +59,17 @@ class _Refused(Exception):
     def __init__(self, status: int, code: int, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+
+
+def too_large_message() -> str:
+    limit = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return (f"the export is larger than the {limit:,}-byte limit for a request body (CONTEXTLAB_MAX_BODY_BYTES); "
+            "lower the batch size")
+
+
+def too_large_body() -> bytes:
+    """The 413 answer the body limit gives before this view runs: a ``google.rpc.Status`` in JSON."""
+    return json.dumps({"code": RESOURCE_EXHAUSTED, "message": too_large_message()}).encode()
 
 
 def _as_json(request: HttpRequest) -> bool:
@@ -109,8 +122,7 @@ def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
         except zlib.error as exc:
             raise _Refused(400, INVALID_ARGUMENT, f"the {encoding} body is corrupt: {exc}") from exc
         if len(data) > limit or stream.unconsumed_tail:
-            raise _Refused(413, RESOURCE_EXHAUSTED, f"the export decompresses to more than {limit} bytes, "
-                                                    f"the most this server accepts; lower the batch size")
+            raise _Refused(413, RESOURCE_EXHAUSTED, _inflated(limit))
         if not stream.eof:
             raise _Refused(400, INVALID_ARGUMENT, f"the {encoding} body is cut short")
         rest = stream.unused_data
@@ -118,8 +130,12 @@ def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
         if not rest or wbits == zlib.MAX_WBITS:
             return bytes(data)
         if len(data) >= limit:
-            raise _Refused(413, RESOURCE_EXHAUSTED, f"the export decompresses to more than {limit} bytes, "
-                                                    f"the most this server accepts; lower the batch size")
+            raise _Refused(413, RESOURCE_EXHAUSTED, _inflated(limit))
+
+
+def _inflated(limit: int) -> str:
+    return (f"the export decompresses to more than {limit:,} bytes, the limit for a request body "
+            "(CONTEXTLAB_MAX_BODY_BYTES); lower the batch size")
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -191,20 +207,33 @@ def _span_by_span(data: bytes) -> tuple[dict[str, Any], list[str]]:
     return {"resourceSpans": groups}, rejected
 
 
-def _payload(request: HttpRequest) -> tuple[dict[str, Any], list[str]]:
+def body_budget(size: int) -> ParseBudget:
+    """What the JSON of one export (its body, then the JSON inside its span attributes) may take in
+    memory: twice the body plus a constant, as an import's upload."""
+    return ParseBudget.for_size(size, "the export's body")
+
+
+def _payload(request: HttpRequest) -> tuple[dict[str, Any], list[str], ParseBudget]:
+    """The export as a dict, the spans already rejected, and the budget the rest of its JSON parses within."""
     try:
         raw = request.body
     except RequestDataTooBig as exc:
-        raise _Refused(413, RESOURCE_EXHAUSTED,
-                       "the export is larger than this server accepts; lower the batch size") from exc
+        raise _Refused(413, RESOURCE_EXHAUSTED, too_large_message()) from exc
     data = decompressed(raw, request.headers.get("Content-Encoding", ""), int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+    del raw
+    budget = body_budget(len(data))
     rejected: list[str] = []
     try:
         if _as_json(request):
-            value = json.loads(data)
+            try:
+                value = load(io.BytesIO(data), where="in the export", budget=budget, share=False)
+            except InputTooLarge as exc:
+                raise _Refused(413, RESOURCE_EXHAUSTED, exc.message) from exc
+            except (JsonSyntaxError, MalformedInput) as exc:
+                raise ValueError(str(exc)) from exc
             if not isinstance(value, dict):
                 raise ValueError("an OTLP JSON export is an object with \"resourceSpans\"")
-            return value, rejected
+            return value, rejected, budget
         message = ExportTraceServiceRequest()
         try:
             message.ParseFromString(data)
@@ -214,7 +243,7 @@ def _payload(request: HttpRequest) -> tuple[dict[str, Any], list[str]]:
     except (ValueError, DecodeError, RecursionError) as exc:
         raise _Refused(400, INVALID_ARGUMENT, f"not an OTLP trace export: {exc}"[:500]) from exc
     _hex_ids(decoded)
-    return decoded, rejected
+    return decoded, rejected, budget
 
 
 def _hex_ids(decoded: dict[str, Any]) -> None:
@@ -258,14 +287,16 @@ def traces(request: HttpRequest) -> HttpResponse:
     if (request.content_type or "") not in (JSON, PROTOBUF):
         return _refuse(request, 415, INVALID_ARGUMENT, f"send OTLP as {PROTOBUF} or {JSON}")
     try:
-        payload, unreadable = _payload(request)
+        payload, unreadable, budget = _payload(request)
         export = read_export(payload)
+        del payload
     except _Refused as exc:
         return _refuse(request, exc.status, exc.code, exc.message)
     except ValueError as exc:
         return _refuse(request, 400, INVALID_ARGUMENT, f"not an OTLP trace export: {exc}"[:500])
     rejected = [*unreadable, *export.rejected]
-    records = llm_requests(export.spans, rejected)
+    # A span whose attribute JSON would pass the body's budget is rejected alone: the others are recorded.
+    records = llm_requests(export.spans, rejected, budget, consume=True)
     ref = request.headers.get("X-ContextLab-Profile", "").strip()
     try:
         named = _named_profile(export)

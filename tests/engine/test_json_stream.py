@@ -12,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextlab.engine.core.errors import InputTooLarge, MalformedInput
-from contextlab.engine.importers.json_stream import MAX_DEPTH, JsonSyntaxError, StreamParser, load
+from contextlab.engine.importers.json_stream import (
+    LINE_PIECE,
+    MAX_DEPTH,
+    JsonSyntaxError,
+    ParseBudget,
+    StreamParser,
+    bounded_lines,
+    load,
+)
 
 
 def _parse(text: str, chunk: int) -> Any:
@@ -105,5 +113,36 @@ def test_it_names_the_byte_of_bad_utf8_across_pieces():
 def test_it_refuses_a_document_of_tiny_values_past_its_budget():
     document = "[" + ",".join(["{}"] * 100_000) + "]"  # 300 KB of text, some 7 MB once parsed
     with pytest.raises(InputTooLarge, match="more than 1,000,000 bytes of memory once parsed .TEST_SETTING."):
-        load(io.BytesIO(document.encode()), budget=1_000_000, budget_text="TEST_SETTING")
-    assert len(load(io.BytesIO(document.encode()), budget=20_000_000)) == 100_000
+        load(io.BytesIO(document.encode()), budget=ParseBudget(1_000_000, "TEST_SETTING"))
+    assert len(load(io.BytesIO(document.encode()), budget=ParseBudget(20_000_000))) == 100_000
+
+
+class _Counted(io.BytesIO):
+    """A file that remembers how many bytes were read from it."""
+
+    read_bytes = 0
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        self.read_bytes += len(line)
+        return line
+
+
+@pytest.mark.parametrize("limit, budget, message", [
+    (1_000_000, None, "big.jsonl line 2 is longer than the 1,000,000-byte limit for one line .TEST_LINE."),
+    (64_000_000, 500_000, "the JSON in big.jsonl line 2 would take more than 500,000 bytes of memory once parsed"),
+])
+def test_it_refuses_a_long_line_at_its_first_piece_past_the_limit(limit, budget, message):
+    fh = _Counted(b'{"a": 1}\n"' + b"x" * 20_000_000 + b'"\n{"b": 2}\n')
+    lines = bounded_lines(fh, ParseBudget(budget, line_bytes=limit, line_text="TEST_LINE"), "big.jsonl")
+    assert next(lines)[:2] == (1, 0)
+    with pytest.raises(InputTooLarge, match=message):
+        next(lines)
+    # Read up to the limit and one piece past it, never the 20 MB line.
+    assert fh.read_bytes <= (budget or limit) + 2 * LINE_PIECE
+
+
+def test_it_reads_lines_with_their_numbers_and_offsets():
+    fh = io.BytesIO(b'{"a": 1}\n\n[2]\nlast')
+    assert list(bounded_lines(fh, ParseBudget(None, line_bytes=10))) == [
+        (1, 0, b'{"a": 1}\n'), (2, 9, b"\n"), (3, 10, b"[2]\n"), (4, 14, b"last")]

@@ -109,7 +109,7 @@ def test_it_refuses_a_gzip_bomb_with_a_413_once_it_passes_the_limit() -> None:
     assert decompressed(bomb, "gzip", 4 * 1024 * 1024) == b"\0" * (4 * 1024 * 1024)
     with pytest.raises(Exception) as refused:
         decompressed(bomb, "gzip", 1024 * 1024)
-    assert getattr(refused.value, "status", None) == 413 and "1048576 bytes" in str(refused.value)
+    assert getattr(refused.value, "status", None) == 413 and "1,048,576 bytes" in str(refused.value) and "CONTEXTLAB_MAX_BODY_BYTES" in str(refused.value)
 
 
 def test_it_reads_every_member_of_a_gzip_body_within_the_limit() -> None:

@@ -39,7 +39,7 @@ CONSTANT = 12 * MB
 @pytest.fixture
 def small_limits(settings: Any) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1 * MB  # one bundle line: at most 2 MB
-    settings.CONTEXTLAB_MAX_UPLOAD_BYTES = 16 * MB  # a bundle unpacks to at most 64 MB
+    settings.CONTEXTLAB_MAX_UPLOAD_BYTES = 64 * MB  # a bundle unpacks to at most 64 MB
 
 
 def _peak(work: Callable[[], Any]) -> tuple[int, Any]:
@@ -130,11 +130,11 @@ def test_it_names_the_missing_field_of_a_row_not_a_database_constraint(alice, sm
 
 def test_it_names_the_unpacked_limit_of_a_bundle(alice, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1 * MB
-    settings.CONTEXTLAB_MAX_UPLOAD_BYTES = 1 * MB  # 4 MB unpacked at most
+    settings.CONTEXTLAB_MAX_UPLOAD_BYTES = 1 * MB  # 1 MB unpacked at most
     rows = [json.dumps(_message_row(seq, "y" * (MB // 2))).encode() for seq in range(12)]
     with pytest.raises(ContextLabError) as info:
         services.session_import_bundle(owner=alice, data=_bundle(rows))
-    assert "unpacks to more than 4,194,304 bytes" in info.value.message
+    assert "unpacks to more than 1,048,576 bytes (the upload limit, CONTEXTLAB_MAX_UPLOAD_BYTES)" in info.value.message
     assert not AgentSession.objects.exists()
 
 

@@ -39,13 +39,14 @@ from contextlab.engine.importers import (
 )
 from contextlab.engine.importers._common import (
     KNOWN_FORMATS,
+    ParseBudget,
     Source,
     Transcript,
     read_source,
     unknown_format,
 )
 
-__all__ = ["KNOWN_FORMATS", "Transcript", "detect_transcript_format", "load_transcript"]
+__all__ = ["KNOWN_FORMATS", "ParseBudget", "Transcript", "detect_transcript_format", "load_transcript"]
 
 # Most specific first: ReMe lists are also OpenAI-like message lists.
 _IMPORTERS: tuple[ModuleType, ...] = (
@@ -74,14 +75,15 @@ def _importer_for(source: Source) -> tuple[ModuleType, str]:
     raise unknown_format(f"{shape} of no known shape")
 
 
-def detect_transcript_format(path: str | Path) -> str:
+def detect_transcript_format(path: str | Path, budget: ParseBudget | None = None) -> str:
     """The format name of a transcript file, recognised from its content."""
-    return _importer_for(read_source(path))[1]
+    return _importer_for(read_source(path, budget))[1]
 
 
-def load_transcript(path: str | Path) -> Transcript:
-    """Import a recorded transcript; see the module docstring."""
-    source = read_source(path)
+def load_transcript(path: str | Path, budget: ParseBudget | None = None) -> Transcript:
+    """Import a recorded transcript; see the module docstring. What it parses counts against
+    ``budget`` (an upload's), by default one set by the file's size."""
+    source = read_source(path, budget)
     module, fmt = _importer_for(source)
     transcript: Transcript = module.load(source, fmt) if module is message_list else module.load(source)
     return transcript

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import json
-import re
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -34,9 +33,17 @@ from contextlab.engine.core.messages import (
 )
 from contextlab.engine.core.schemas import check_tools
 from contextlab.engine.core.unicode import repaired
-from contextlab.engine.importers.json_stream import JsonSyntaxError, StreamParser
+from contextlab.engine.importers.json_stream import (
+    PARSED_FACTOR,
+    PARSED_SLACK,
+    JsonSyntaxError,
+    ParseBudget,
+    StreamParser,
+    bounded_lines,
+    load_line,
+)
 
-MAX_DEPTH = 200
+__all__ = ["PARSED_FACTOR", "PARSED_SLACK", "ParseBudget"]
 NO_RESULT_TEXT = "[no result was recorded for this call]"
 KNOWN_FORMATS: tuple[str, ...] = (
     "claude_code",
@@ -77,40 +84,6 @@ class Transcript:
 
 # -- reading ----------------------------------------------------------------------------
 
-# A JSON string literal; stripping these first means brackets inside strings do
-# not count towards the nesting depth.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-
-
-def check_depth(text: str, where: str) -> None:
-    """Refuse JSON nested deeper than MAX_DEPTH before the parser recurses into it."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return
-    depth = 0
-    for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
-        if char in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise MalformedInput(f"JSON nested deeper than {MAX_DEPTH} levels {where}", field="file")
-        else:
-            depth -= 1
-
-
-def parse_json(text: str, where: str, first_line: int = 1) -> Any:
-    """Parse one JSON document; errors name the line and column in the file."""
-    check_depth(text, where)
-    try:
-        # A recorded transcript is taken as it is, but "\ud800" cannot be stored
-        # or shown anywhere: lone surrogates become U+FFFD.
-        return repaired(json.loads(text))
-    except json.JSONDecodeError as exc:
-        raise MalformedInput(
-            f"invalid JSON at line {exc.lineno + first_line - 1}, column {exc.colno}: {exc.msg}", field="file"
-        ) from None
-    except RecursionError:
-        raise MalformedInput(f"JSON nested deeper than {MAX_DEPTH} levels {where}", field="file") from None
-
 
 @dataclass
 class SseEvent:
@@ -132,32 +105,18 @@ class Source:
     mtime: str | None = None
 
 
-def decode(raw: bytes) -> str:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedInput(f"not valid UTF-8 at byte {exc.start}", field="file") from None
-    return text[1:] if text.startswith("\ufeff") else text
-
-
-# The most memory a parsed JSON document may take: honest transcripts of many
-# small fields take 1.7 to 2.6 times their size as Python objects (the shared
-# corpus), long texts about once; a document of tiny values ("[{},{},...]", "[0,0,...]")
-# takes 18 to 25 times, and is refused before it is built.
-PARSED_FACTOR = 4
-PARSED_SLACK = 16 * 1024 * 1024
 _PEEK = 64 * 1024
+# What one record of JSON Lines costs besides its value: the (line, value) tuple and its place in the list.
+_RECORD_COST = 64 + 32 + 8
 
 
-def parsed_budget(size: int) -> tuple[int, str]:
-    """The most memory the parsed value of a ``size``-byte JSON file may take, and how it is set."""
-    return PARSED_FACTOR * size + PARSED_SLACK, f"{PARSED_FACTOR} × the file's {size:,} bytes + {PARSED_SLACK:,}"
-
-
-def read_source(path: str | Path) -> Source:
+def read_source(path: str | Path, budget: ParseBudget | None = None) -> Source:
+    """The file at ``path`` parsed, everything it holds within ``budget`` (by default, one set by the
+    file's size, for a file read on its own)."""
     file_path = Path(path)
     try:
         stat = file_path.stat()
+        budget = budget or ParseBudget.for_size(stat.st_size)
         mtime = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC)
         with file_path.open("rb") as fh:
             source = Source(
@@ -174,13 +133,13 @@ def read_source(path: str | Path) -> Source:
             if not first:
                 raise MalformedInput("the file is empty", field="file")
             if first in b"[{":
-                _read_json_or_lines(fh, source, stat.st_size)
+                _read_json_or_lines(fh, source, budget)
                 return source
             head = fh.read(_PEEK).lstrip(b"\xef\xbb\xbf").lstrip()
             fh.seek(0)
             if head.startswith((b"event:", b"data:", b":")):
                 source.kind = "sse"
-                source.events = _parse_sse(_text_lines(fh), parsed_budget(stat.st_size))
+                source.events = _parse_sse(_text_lines(fh, budget), budget)
                 return source
     except OSError as exc:
         raise MalformedInput(f"cannot read {file_path}: {exc.strerror or exc}", field="file") from None
@@ -199,10 +158,10 @@ def _first_char(fh: BinaryIO) -> bytes:
     return b""
 
 
-def _read_json_or_lines(fh: BinaryIO, source: Source, size: int) -> None:
+def _read_json_or_lines(fh: BinaryIO, source: Source, budget: ParseBudget) -> None:
     """One JSON document, or JSON Lines (a complete value on the first line, more on later lines)."""
-    budget, budget_text = parsed_budget(size)
-    parser = StreamParser(fh, budget=budget, budget_text=budget_text, where="in the file")
+    spent = budget.spent
+    parser = StreamParser(fh, budget=budget, where="in the file")
     try:
         parser.at_end()  # past leading blank lines, to the line the value starts on
         start = parser.line()
@@ -213,49 +172,39 @@ def _read_json_or_lines(fh: BinaryIO, source: Source, size: int) -> None:
             return
         if not one_line:
             raise parser.extra_data()
-        del value
+        del value, parser
+        # The first line is read again with the others.
+        budget.release(budget.spent - spent)
         fh.seek(0)
-        if _read_jsonl(fh, source):
-            source.kind = "jsonl"
-            return
-        fh.seek(0)
-        parser = StreamParser(fh, where="in the file")
-        parser.value()
-        parser.at_end()
-        raise parser.extra_data()
+        source.kind = "jsonl"
+        source.records = _read_jsonl(fh, budget)
     except JsonSyntaxError as exc:
         raise MalformedInput(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
                              field="file") from None
 
 
-def _text_lines(fh: BinaryIO) -> Iterator[str]:
-    """The decoded lines of ``fh`` without their line breaks, one at a time."""
-    offset = 0
-    for n, raw_line in enumerate(fh):
-        yield _decoded_line(raw_line, offset, bom=n == 0)
-        offset += len(raw_line)
+def _text_lines(fh: BinaryIO, budget: ParseBudget) -> Iterator[str]:
+    """The decoded lines of ``fh`` without their line breaks, one at a time, each within the line limit."""
+    for number, offset, raw_line in bounded_lines(fh, budget):
+        yield _decoded_line(raw_line, offset, bom=number == 1)
 
 
-def _read_jsonl(fh: BinaryIO, source: Source) -> bool:
-    """Parse ``fh`` into ``source.records`` when it holds JSON Lines (more than one
-    non-empty line, the first a complete JSON value); False, reading only up to
-    its second non-empty line, when it does not."""
-    offset = 0
-    first: tuple[int, str] | None = None
-    for n, raw_line in enumerate(fh):
-        line = _decoded_line(raw_line, offset, bom=n == 0)
-        offset += len(raw_line)
-        if not line.strip():
+def _read_jsonl(fh: BinaryIO, budget: ParseBudget) -> list[tuple[int, Any]]:
+    """The records of JSON Lines, each line parsed as it is read: a line past the budget's line
+    limit is refused before it is read whole, and every value counts against ``budget``."""
+    records: list[tuple[int, Any]] = []
+    for number, offset, raw_line in bounded_lines(fh, budget):
+        if not raw_line.strip():
             continue
-        if first is None:
-            if line.lstrip()[0] not in "[{" or not _is_jsonl(line):
-                return False
-            first = (n, line)
-            continue
-        if not source.records:
-            source.records.append((first[0], parse_json(first[1], f"at line {first[0] + 1}", first[0] + 1)))
-        source.records.append((n, parse_json(line, f"at line {n + 1}", n + 1)))
-    return bool(source.records)
+        where = f"at line {number}"
+        try:
+            value = load_line(raw_line, where=where, budget=budget, offset=offset)
+        except JsonSyntaxError as exc:
+            raise MalformedInput(f"invalid JSON at line {number + exc.lineno - 1}, column {exc.colno}: {exc.msg}",
+                                 field="file") from None
+        budget.spend(_RECORD_COST, where)
+        records.append((number - 1, repaired(value)))
+    return records
 
 
 def _decoded_line(raw: bytes, offset: int, *, bom: bool) -> str:
@@ -267,22 +216,9 @@ def _decoded_line(raw: bytes, offset: int, *, bom: bool) -> str:
     return text[1:] if bom and text.startswith("\ufeff") else text
 
 
-def _is_jsonl(first_line: str) -> bool:
-    """True when the first line is a complete JSON value on its own (so: JSON Lines)."""
-    if len(first_line) > 50_000_000:
-        return False
-    check_depth(first_line, "at line 1")
-    try:
-        json.loads(first_line)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
-def _event_data(payload: str, where: str, first_line: int, budget: tuple[int, str], spent: int) -> tuple[Any, int]:
-    """An event's JSON data and what the file's events cost with it, within the file's budget."""
-    parser = StreamParser(io.BytesIO(payload.encode("utf-8", "surrogatepass")), budget=budget[0],
-                          budget_text=budget[1], where=where, spent=spent)
+def _event_data(payload: str, where: str, first_line: int, budget: ParseBudget) -> Any:
+    """An event's JSON data, within the file's budget."""
+    parser = StreamParser(io.BytesIO(payload.encode("utf-8", "surrogatepass")), budget=budget, where=where)
     try:
         value = parser.value()
         if not parser.at_end():
@@ -290,25 +226,28 @@ def _event_data(payload: str, where: str, first_line: int, budget: tuple[int, st
     except JsonSyntaxError as exc:
         raise MalformedInput(f"invalid JSON at line {exc.lineno + first_line - 1}, column {exc.colno}: {exc.msg}",
                              field="file") from None
-    return repaired(value), parser.cost
+    return repaired(value)
 
 
-def _parse_sse(lines: Iterable[str], budget: tuple[int, str]) -> list[SseEvent]:
+def _parse_sse(lines: Iterable[str], budget: ParseBudget) -> list[SseEvent]:
     events: list[SseEvent] = []
     name = ""
     data_lines: list[str] = []
+    # The data lines of the event being read count against the budget until it is parsed.
+    pending = 0
     start = 0
-    spent = 0
 
     def flush() -> None:
-        nonlocal spent
+        nonlocal pending
         if not data_lines and not name:
             return
         payload = "\n".join(data_lines)
         where = f"in event {len(events)} (line {start})"
         value = None
         if payload.strip():
-            value, spent = _event_data(payload, where, start + 1, budget, spent)
+            value = _event_data(payload, where, start + 1, budget)
+        budget.release(pending)
+        pending = 0
         events.append(SseEvent(index=len(events), line=start, event=name or "message", data=value))
 
     # Lines end at "\n" only, never at what splitlines() also takes: JSON text may
@@ -329,6 +268,8 @@ def _parse_sse(lines: Iterable[str], budget: tuple[int, str]) -> list[SseEvent]:
             name = value
         elif key == "data":
             data_lines.append(value)
+            pending += sys.getsizeof(value)
+            budget.spend(sys.getsizeof(value), f"in event {len(events)} (line {start})")
     flush()
     return events
 

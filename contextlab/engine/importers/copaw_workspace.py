@@ -19,16 +19,18 @@ request, trigger and turn, and the dialog lines are assigned to them in order.
 
 A zip is never trusted: member names are checked (no absolute paths, no ``..``,
 no links), and the number of members and the bytes actually read are capped,
-whatever the archive's headers claim.
+whatever the archive's headers claim. Everything read from the workspace and its
+requests (every JSON file, every dialog line, the tool-result and memory files)
+counts against one ``ParseBudget``, the upload's when a server passes one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import shutil
 import stat
+import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -39,8 +41,7 @@ from typing import Any
 from contextlab.engine.core.errors import InputTooLarge, MalformedInput
 from contextlab.engine.core.profile import LANGUAGES, Profile
 from contextlab.engine.importers import json_stream
-from contextlab.engine.importers._common import parsed_budget
-from contextlab.engine.importers.json_stream import JsonSyntaxError
+from contextlab.engine.importers.json_stream import JsonSyntaxError, ParseBudget, bounded_lines, load_line
 from contextlab.engine.observe.inference import Observer, RecordedRequest, load_recorded_request
 
 MAX_MEMBERS = 20_000
@@ -153,13 +154,16 @@ def opened_folder(path: str | Path, markers: tuple[str, ...], budget: UnpackBudg
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _read_json(path: Path, what: str) -> Any:
-    """One JSON file, parsed as it is read within the memory budget of its size."""
-    size = path.stat().st_size
+def folder_budget(folder: Path) -> ParseBudget:
+    """The budget of a folder read on its own (no upload sets one): set by its files' total size."""
+    return ParseBudget.for_size(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()), "the folder")
+
+
+def _read_json(path: Path, what: str, budget: ParseBudget) -> Any:
+    """One JSON file, parsed as it is read within the upload's memory budget."""
     try:
         with path.open("rb") as fh:
-            budget, budget_text = parsed_budget(size)
-            return json_stream.load(fh, where=f"in {what}", budget=budget, budget_text=budget_text)
+            return json_stream.load(fh, where=f"in {what}", budget=budget)
     except InputTooLarge:
         raise
     except (MalformedInput, JsonSyntaxError) as exc:
@@ -167,13 +171,20 @@ def _read_json(path: Path, what: str) -> Any:
         raise MalformedInput(f"{what} is not valid JSON: {reason}", field="file") from exc
 
 
+def _read_bytes(path: Path, what: str, budget: ParseBudget) -> bytes:
+    """A file kept whole (a tool output, a memory file): its size counts against ``budget`` before it is read."""
+    budget.spend(path.stat().st_size + sys.getsizeof(b""), f"in {what}")
+    return path.read_bytes()
+
+
 # -- the request log ---------------------------------------------------------------------------
 
-def read_request_folder(folder: Path) -> list[RecordedRequest]:
-    """Every ``*.json`` request record (or bare request body), in file-name order."""
+def read_request_folder(folder: Path, budget: ParseBudget | None = None) -> list[RecordedRequest]:
+    """Every ``*.json`` request record (or bare request body), in file-name order, all within ``budget``."""
+    budget = budget or folder_budget(folder)
     requests: list[RecordedRequest] = []
     for index, path in enumerate(sorted(p for p in folder.rglob("*.json") if p.is_file()), start=1):
-        data = _read_json(path, path.name)
+        data = _read_json(path, path.name, budget)
         if isinstance(data, dict) and isinstance(data.get("body", data).get("messages"), list):
             requests.append(load_recorded_request(data, index))
     if not requests:
@@ -182,12 +193,20 @@ def read_request_folder(folder: Path) -> list[RecordedRequest]:
     return requests
 
 
-def _lines(path: Path) -> Iterator[str]:
-    """The lines of a text file as ``read_text().splitlines()`` gives them, read one at a time."""
+def _dialog_lines(path: Path, budget: ParseBudget) -> Iterator[tuple[int, Any]]:
+    """The JSON values of a dialog file's lines as (1-based line, value), one at a time; a line that
+    is not JSON gives ``None``. Lines past the line limit, or values past ``budget``, are refused."""
+    what = f"dialog/{path.name}"
     with path.open("rb") as fh:
-        for raw in fh:
-            # Each piece ends at "\n", so splitting it alone splits as the whole text would.
-            yield from raw.decode("utf-8").splitlines()
+        for number, offset, raw in bounded_lines(fh, budget, what):
+            if not raw.strip():
+                continue
+            try:
+                yield number, load_line(raw, where=f"in {what} line {number}", budget=budget, offset=offset)
+            except InputTooLarge:
+                raise
+            except (MalformedInput, JsonSyntaxError):
+                yield number, None
 
 
 def observe_requests(requests: list[RecordedRequest]) -> Observer:
@@ -261,10 +280,16 @@ def profile_from_running(agent: dict[str, Any]) -> dict[str, Any]:
     return knobs
 
 
-def read_workspace(folder: Path) -> CopawWorkspace:
+# What an archived line costs besides its message: the entry's dict, its file name and line number.
+_ARCHIVED_COST = 64 + 184 + 32
+
+
+def read_workspace(folder: Path, budget: ParseBudget | None = None) -> CopawWorkspace:
+    """The workspace in ``folder``; what it reads counts against ``budget`` (by default, the folder's size)."""
+    budget = budget or folder_budget(folder)
     warnings: list[str] = []
     agent_path = folder / "agent.json"
-    agent = _read_json(agent_path, "agent.json") if agent_path.is_file() else {}
+    agent = _read_json(agent_path, "agent.json", budget) if agent_path.is_file() else {}
     if not agent_path.is_file():
         warnings.append("no agent.json: the profile has CoPaw's defaults")
     profile = profile_from_running(agent if isinstance(agent, dict) else {})
@@ -273,7 +298,7 @@ def read_workspace(folder: Path) -> CopawWorkspace:
     system_prompt = ""
     session_files = sorted((folder / "sessions").glob("*.json")) if (folder / "sessions").is_dir() else []
     for path in session_files:
-        data = _read_json(path, f"sessions/{path.name}")
+        data = _read_json(path, f"sessions/{path.name}", budget)
         agent_state = data.get("agent") if isinstance(data, dict) else None
         memory = agent_state.get("memory") if isinstance(agent_state, dict) else None
         if not isinstance(memory, dict):
@@ -290,28 +315,29 @@ def read_workspace(folder: Path) -> CopawWorkspace:
     archived: list[dict[str, Any]] = []
     dialog = folder / "dialog"
     for path in sorted(dialog.glob("*.jsonl")) if dialog.is_dir() else []:
-        for number, line in enumerate(_lines(path), start=1):
-            if not line.strip():
-                continue
-            try:
-                message = json.loads(line)
-            except json.JSONDecodeError:
+        for number, message in _dialog_lines(path, budget):
+            if message is None:
                 warnings.append(f"dialog/{path.name} line {number} is not JSON")
                 continue
             if isinstance(message, dict):
+                budget.spend(_ARCHIVED_COST, f"in dialog/{path.name} line {number}")
                 archived.append({"file": f"dialog/{path.name}", "line": number, "message": message})
     tool_dir = folder / "tool_result"
-    tool_files = {p.name: p.read_bytes() for p in sorted(tool_dir.glob("*.txt"))} if tool_dir.is_dir() else {}
+    tool_files = ({p.name: _read_bytes(p, f"tool_result/{p.name}", budget) for p in sorted(tool_dir.glob("*.txt"))}
+                  if tool_dir.is_dir() else {})
     invalid = []
     for path in sorted(folder.glob("compact_invalid_*.json")):
-        data = _read_json(path, path.name)
+        data = _read_json(path, path.name, budget)
         if isinstance(data, dict):
             invalid.append({"file": path.name, "reply": str(data.get("history_compact", "")),
                             "prompt_chars": len(str(data.get("user_message", "")))})
     memory_texts: dict[str, str] = {}
     for path in [folder / "MEMORY.md", *sorted((folder / "memory").glob("*.md"))]:
         if path.is_file():
-            memory_texts[str(path.relative_to(folder))] = path.read_text(encoding="utf-8", errors="replace")
+            what = str(path.relative_to(folder))
+            # As read_text() reads it: universal newlines.
+            text = _read_bytes(path, what, budget).decode("utf-8", errors="replace")
+            memory_texts[what] = text.replace("\r\n", "\n").replace("\r", "\n")
     return CopawWorkspace(folder_name=folder.name, profile=profile, live_messages=live, summary=summary,
                           archived=archived, tool_files=tool_files, invalid_compactions=invalid,
                           memory=memory_texts, system_prompt=system_prompt, warnings=warnings)

@@ -11,7 +11,13 @@ same number rules, ``NaN``/``Infinity`` taken as ``json.loads`` takes them, the
 last of two equal keys kept), refuses nesting deeper than ``MAX_DEPTH`` without
 recursing, and counts what the parsed value costs in memory: a small document of
 many tiny values (``[{},{},...]`` takes some 25 times its size once parsed) is
-refused when it passes ``budget`` bytes, before it is built.
+refused when it passes its ``ParseBudget``, before it is built.
+
+One ``ParseBudget`` covers everything one upload parses: every member of a zip,
+every line of a JSON Lines file, the JSON inside a trace's span attributes. What
+a caller no longer holds (a batch of rows once inserted) it gives back with
+``release``. ``bounded_lines`` reads JSON Lines a line at a time and refuses a
+line past its limit as soon as the first piece over it is read.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import codecs
 import json
 import re
 import sys
-from typing import Any, BinaryIO
+from collections.abc import Iterator
+from typing import IO, Any, BinaryIO
 
 from contextlab.engine.core.errors import InputTooLarge, MalformedInput
 
@@ -32,9 +39,21 @@ _NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 # The C scanner json.loads itself uses for strings: the same escapes, surrogates and errors.
 _scanstring: Any = getattr(json.decoder, "scanstring")  # noqa: B009 (not in the stubs)
 # What a container costs before its items, and each item (a pointer; a dict entry with its hash).
+# A container's exact size is counted when it closes; until then these stand for it.
 _CONTAINER_COST = 64
 _LIST_ITEM_COST = 8
 _DICT_ITEM_COST = 48
+# A key (or a shared string) kept once for the whole upload: the string and its entry in the table.
+_KEY_ENTRY_COST = 48
+# The most memory a parsed upload may take: the transcripts of the shared corpus
+# take 0.6 to 2.5 times their size as Python objects once keys and strings are
+# kept once per upload (those of megabytes 1.5 to 1.6 times), long texts about once; a
+# document of tiny values ("[{},{},...]", "[0,0,...]") takes 4 to 25 times, and is
+# refused before it is built.
+PARSED_FACTOR = 2
+PARSED_SLACK = 6 * 1024 * 1024
+# How much of a line is read at a time: a line past its limit is refused after at most this much more.
+LINE_PIECE = 64 * 1024
 _CONSTANTS: dict[str, Any] = {
     "null": None, "true": True, "false": False,
     "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf"),
@@ -51,33 +70,125 @@ class JsonSyntaxError(ValueError):
         self.colno = colno
 
 
+class ParseBudget:
+    """The memory everything one upload parses may take, shared by all its documents.
+
+    ``limit`` bytes (estimated from CPython's object sizes) and ``text``, what
+    sets the limit, for the message. ``line_bytes`` is the most one line of JSON
+    Lines (or one JSON document read whole) may hold, ``line_text`` what sets it.
+
+    The keys of every parsed object are kept once for the whole upload; with
+    ``share_strings``, so are the string values (the same text parsed twice is
+    one ``str``), for a caller that holds what it parses to the end anyway. What is kept that way is ``held``: never given back by ``release``.
+    """
+
+    def __init__(self, limit: int | None, text: str = "", *, line_bytes: int | None = None,
+                 line_text: str = "", share_strings: bool = True) -> None:
+        self.limit = limit
+        self.text = text
+        self.line_bytes = line_bytes
+        self.line_text = line_text
+        self.share_strings = share_strings
+        self.spent = 0
+        self.held = 0
+        self.kept: dict[str, str] = {}
+
+    @classmethod
+    def for_size(cls, size: int, what: str = "the file", *, line_bytes: int | None = None,
+                 line_text: str = "", share_strings: bool = True) -> ParseBudget:
+        """``PARSED_FACTOR`` times the ``size`` bytes of ``what`` (an upload), plus ``PARSED_SLACK``."""
+        return cls(PARSED_FACTOR * size + PARSED_SLACK, f"{PARSED_FACTOR} × {what}'s {size:,} bytes + {PARSED_SLACK:,}",
+                   line_bytes=line_bytes, line_text=line_text, share_strings=share_strings)
+
+    def keep(self, text: str, where: str = "in the file") -> str:
+        """``text`` as kept for the whole upload: the first ``str`` of that value, counted once."""
+        kept = self.kept.setdefault(text, text)
+        if kept is text:
+            cost = sys.getsizeof(text) + _KEY_ENTRY_COST
+            self.held += cost
+            self.spend(cost, where)
+        return kept
+
+    def spend(self, cost: int, where: str = "in the file") -> None:
+        """Count ``cost`` bytes; ``InputTooLarge`` naming the limit when they pass it."""
+        self.spent += cost
+        if self.limit is not None and self.spent > self.limit:
+            raise InputTooLarge(f"the JSON {where} would take more than {self.limit:,} bytes of memory once parsed "
+                                f"({self.text or 'the import limit'}): too much for its size", field="file")
+
+    def release(self, cost: int) -> None:
+        """Give back ``cost`` bytes the caller no longer holds."""
+        self.spent = max(0, self.spent - cost)
+
+
+def bounded_lines(fh: IO[bytes], budget: ParseBudget | None = None, name: str = "") -> Iterator[tuple[int, int, bytes]]:
+    """The lines of ``fh`` as (1-based number, byte offset, bytes with the line break), one at a time.
+
+    A line is read in pieces of ``LINE_PIECE`` bytes and refused as soon as it
+    passes the budget's ``line_bytes``, or what is left of the budget itself: a
+    60 MB line costs one piece past the limit, never the whole line. ``name``
+    names the file in the message.
+    """
+    limit = budget.line_bytes if budget is not None else None
+    offset = 0
+    number = 0
+    while True:
+        piece = fh.readline(LINE_PIECE)
+        if not piece:
+            return
+        number += 1
+        parts = [piece]
+        size = len(piece)
+        while not piece.endswith(b"\n"):
+            if limit is not None and size > limit:
+                break
+            if budget is not None and budget.limit is not None and budget.spent + size > budget.limit:
+                # Within the line limit but past what the upload has left: refused now, not once read whole.
+                budget.spend(size, f"in {name} line {number}" if name else f"at line {number}")
+            piece = fh.readline(LINE_PIECE)
+            if not piece:
+                break
+            parts.append(piece)
+            size += len(piece)
+        if limit is not None and size > limit:
+            assert budget is not None
+            raise InputTooLarge(f"{name + ' ' if name else ''}line {number} is longer than the {limit:,}-byte limit "
+                                f"for one line ({budget.line_text or 'the import limit'})", field="file")
+        line = parts[0] if len(parts) == 1 else b"".join(parts)
+        del parts
+        yield number, offset, line
+        offset += size
+
+
 class StreamParser:
     """Parse JSON values from a binary file, piece by piece.
 
-    ``budget`` is the most bytes the parsed values may cost (estimated from
-    CPython's object sizes); ``budget_text`` says what sets it, for the message.
+    ``budget`` holds what the parsed values may cost, shared with every other
+    document of the same upload; ``offset`` is where ``fh`` starts in the file
+    (for the byte an error names); ``share`` overrides the budget's
+    ``share_strings`` (a document whose long strings are all different and
+    let go soon after, such as the attribute texts of a trace, gains nothing).
     """
 
-    def __init__(self, fh: BinaryIO, *, budget: int | None = None, budget_text: str = "",
-                 where: str = "in the file", chunk: int = _CHUNK, spent: int = 0) -> None:
+    def __init__(self, fh: BinaryIO, *, budget: ParseBudget | None = None, where: str = "in the file",
+                 chunk: int = _CHUNK, offset: int = 0, share: bool | None = None) -> None:
         self._fh = fh
         self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
         self._chunk = chunk
         self._buf = ""
         self._pos = 0
         self._eof = False
-        self._bytes_read = 0
-        self._first = True
+        self._bytes_read = offset
+        self._first = offset == 0
         # Lines and the offset of the last line's start in the text already dropped from the buffer.
         self._lines_before = 0
         self._dropped = 0
         self._line_start = 0  # absolute text offset of the current line's start (as of the dropped text)
         self._budget = budget
-        self._budget_text = budget_text
         self._where = where
-        # What earlier documents of the same file already cost (the events of a stream share one budget).
-        self.cost = spent
         self._memo: dict[str, str] = {}
+        # Whether long strings are kept once per upload: the budget says, unless the caller does.
+        self._share = (budget.share_strings if share is None else share) if budget is not None else False
 
     # -- the buffer --------------------------------------------------------------------------
 
@@ -138,11 +249,8 @@ class StreamParser:
                 return self._pos
 
     def _spend(self, cost: int) -> None:
-        self.cost += cost
-        if self._budget is not None and self.cost > self._budget:
-            raise InputTooLarge(f"the JSON {self._where} would take more than {self._budget:,} bytes of memory "
-                               f"once parsed ({self._budget_text or 'the import limit'}): too many small values "
-                               "for its size", field="file")
+        if self._budget is not None:
+            self._budget.spend(cost, self._where)
 
     # -- tokens ------------------------------------------------------------------------------
 
@@ -189,8 +297,23 @@ class StreamParser:
             self._fill()
 
     def _key(self) -> str:
+        """A key, the same ``str`` for every object of the upload that uses it (counted once)."""
         key = self._string()
+        if self._budget is not None:
+            return self._budget.keep(key, self._where)
         return self._memo.setdefault(key, key)
+
+    def _string_value(self) -> str:
+        text = self._string()
+        if self._budget is None:
+            return text
+        # Kept once per upload when the budget shares strings: a request log repeats the conversation
+        # so far in every request, a trace in every LLM span, a Claude Code transcript its working
+        # folder, version and session id on every line.
+        if self._share:
+            return self._budget.keep(text, self._where)
+        self._spend(sys.getsizeof(text))
+        return text
 
     # -- values ------------------------------------------------------------------------------
 
@@ -198,13 +321,14 @@ class StreamParser:
         """The next JSON value (after any whitespace)."""
         stack: list[list[Any] | dict[str, Any]] = []
         keys: list[str] = []
+        # What each open container was counted so far, made exact when it closes.
+        counted: list[int] = []
         while True:
             pos = self._skip()
             char = self._buf[pos] if pos < len(self._buf) else ""
             # A value.
             if char == '"':
-                item: Any = self._string()
-                self._spend(sys.getsizeof(item))
+                item: Any = self._string_value()
             elif char == "{" or char == "[":
                 if len(stack) >= MAX_DEPTH:
                     raise MalformedInput(f"JSON nested deeper than {MAX_DEPTH} levels {self._where}", field="file")
@@ -217,9 +341,11 @@ class StreamParser:
                     item = {} if char == "{" else []
                 elif char == "[":
                     stack.append([])
+                    counted.append(_CONTAINER_COST)
                     continue
                 else:
                     stack.append({})
+                    counted.append(_CONTAINER_COST)
                     keys.append(self._next_key(first=True))
                     continue
             else:
@@ -236,9 +362,11 @@ class StreamParser:
                 if isinstance(top, list):
                     top.append(item)
                     self._spend(_LIST_ITEM_COST)
+                    counted[-1] += _LIST_ITEM_COST
                 else:
                     top[keys[-1]] = item
                     self._spend(_DICT_ITEM_COST)
+                    counted[-1] += _DICT_ITEM_COST
                 pos = self._skip()
                 char = self._buf[pos] if pos < len(self._buf) else ""
                 if char == ",":
@@ -249,6 +377,7 @@ class StreamParser:
                 if char == ("]" if isinstance(top, list) else "}"):
                     self._pos += 1
                     item = stack.pop()
+                    self._spend(sys.getsizeof(item) - counted.pop())
                     if isinstance(top, dict):
                         keys.pop()
                     continue
@@ -259,7 +388,6 @@ class StreamParser:
         if pos >= len(self._buf) or self._buf[pos] != '"':
             raise self._error("Expecting property name enclosed in double quotes", pos)
         key = self._key()
-        self._spend(sys.getsizeof(key))
         pos = self._skip()
         if pos >= len(self._buf) or self._buf[pos] != ":":
             raise self._error("Expecting ':' delimiter", pos)
@@ -290,13 +418,29 @@ class StreamParser:
         return self._error("Extra data", self._skip())
 
 
-def load(fh: BinaryIO, *, where: str = "in the file", budget: int | None = None, budget_text: str = "") -> Any:
+def load(fh: BinaryIO, *, where: str = "in the file", budget: ParseBudget | None = None, offset: int = 0,
+         share: bool | None = None) -> Any:
     """The one JSON document in ``fh``, as ``json.loads`` would give it (see the module docstring)."""
-    parser = StreamParser(fh, budget=budget, budget_text=budget_text, where=where)
+    parser = StreamParser(fh, budget=budget, where=where, offset=offset, share=share)
     value = parser.value()
     if not parser.at_end():
         raise parser.extra_data()
     return value
+
+
+def load_line(line: bytes, *, where: str, budget: ParseBudget | None, offset: int = 0,
+              share: bool | None = None) -> Any:
+    """The JSON value of one line read by ``bounded_lines``: the line's bytes count against
+    ``budget`` while it is parsed, its value after."""
+    import io
+
+    if budget is not None:
+        budget.spend(len(line), where)
+    try:
+        return load(io.BytesIO(line), where=where, budget=budget, offset=offset, share=share)
+    finally:
+        if budget is not None:
+            budget.release(len(line))
 
 
 def loads(text: str | bytes, **kwargs: Any) -> Any:

@@ -20,17 +20,32 @@ Three attribute layouts are understood:
   ``llm.output_messages.<i>.message.*``, ``llm.model_name``,
   ``llm.token_count.*``, ``llm.tools.<i>.tool.json_schema``, ``session.id``.
 
+Everything a file import parses, the JSON inside span attributes included,
+counts against one ``ParseBudget``; a span whose attribute JSON would pass it is
+left out alone, with its reason, and costs the others nothing.
+
 Pure: no Django, no network.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+
+from contextlab.engine.core.errors import InputTooLarge, MalformedInput
+from contextlab.engine.importers.json_stream import (
+    JsonSyntaxError,
+    ParseBudget,
+    StreamParser,
+    bounded_lines,
+    load,
+    load_line,
+)
 
 
 @dataclass
@@ -199,14 +214,12 @@ def load_export(text: str) -> Export:
         return read_export([json.loads(line) for line in stripped.splitlines() if line.strip()])
 
 
-def read_export_file(fh: BinaryIO, size: int) -> Export:
-    """What ``load_export`` gives for a file's text, parsed as it is read: one export object
-    within the memory budget of the file's size, or one export per line, a line at a time."""
-    from contextlab.engine.importers._common import parsed_budget
-    from contextlab.engine.importers.json_stream import StreamParser
-
-    budget, budget_text = parsed_budget(size)
-    parser = StreamParser(fh, budget=budget, budget_text=budget_text, where="in the trace file")
+def read_export_file(fh: BinaryIO, budget: ParseBudget) -> Export:
+    """What ``load_export`` gives for a file's text, parsed as it is read within ``budget``: one
+    export object, or one export per line, a line at a time (each within the line limit)."""
+    spent = budget.spent
+    # The attribute texts of a trace are all different and let go once read: never kept for the upload.
+    parser = StreamParser(fh, budget=budget, where="in the trace file", share=False)
     if parser.at_end():
         return Export()
     try:
@@ -214,14 +227,19 @@ def read_export_file(fh: BinaryIO, size: int) -> Export:
         if parser.at_end():
             return read_export(value)
         del value
-    except ValueError:
+    except JsonSyntaxError:
         pass  # not one document: one export per line, as load_export reads it
     del parser
+    budget.release(budget.spent - spent)
     fh.seek(0)
     exports: list[Any] = []
-    for raw in fh:
+    for number, offset, raw in bounded_lines(fh, budget):
         if raw.strip():
-            exports.append(json.loads(raw))
+            try:
+                exports.append(load_line(raw, where=f"in line {number} of the trace file", budget=budget,
+                                         offset=offset, share=False))
+            except JsonSyntaxError as exc:
+                raise ValueError(f"line {number} is not JSON: {exc}") from None
     return read_export(exports)
 
 
@@ -233,12 +251,21 @@ def load_json_lines(text: str) -> list[Span]:
 # -- attributes to chat messages ---------------------------------------------------------
 
 
-def _json(value: Any) -> Any:
+def _json(value: Any, budget: ParseBudget | None) -> Any:
+    """The JSON an attribute's string holds (None when it holds none), parsed within ``budget``."""
     if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        if budget is not None:
+            budget.spend(len(data), "in a span attribute")
         try:
-            return json.loads(value)
-        except json.JSONDecodeError:
+            return load(io.BytesIO(data), where="in a span attribute", budget=budget)
+        except InputTooLarge:
+            raise
+        except (JsonSyntaxError, MalformedInput):
             return None
+        finally:
+            if budget is not None:
+                budget.release(len(data))
     return value
 
 
@@ -332,11 +359,11 @@ def _legacy(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
             for fields in _indexed(attributes, prefix).values()]
 
 
-def _input_messages(attributes: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    structured = _json(attributes.get("gen_ai.input.messages"))
+def _input_messages(attributes: Mapping[str, Any], budget: ParseBudget | None) -> list[dict[str, Any]] | None:
+    structured = _json(attributes.get("gen_ai.input.messages"), budget)
     if isinstance(structured, list):
         messages = [m for item in structured if isinstance(item, Mapping) for m in _from_parts(item)]
-        system = _json(attributes.get("gen_ai.system_instructions"))
+        system = _json(attributes.get("gen_ai.system_instructions"), budget)
         if isinstance(system, list) and system:
             text = "\n".join(_text(p.get("content")) for p in system if isinstance(p, Mapping))
             messages.insert(0, {"role": "system", "content": text})
@@ -348,8 +375,8 @@ def _input_messages(attributes: Mapping[str, Any]) -> list[dict[str, Any]] | Non
     return None
 
 
-def _output_message(attributes: Mapping[str, Any]) -> dict[str, Any] | None:
-    structured = _json(attributes.get("gen_ai.output.messages"))
+def _output_message(attributes: Mapping[str, Any], budget: ParseBudget | None) -> dict[str, Any] | None:
+    structured = _json(attributes.get("gen_ai.output.messages"), budget)
     if isinstance(structured, list) and structured and isinstance(structured[0], Mapping):
         converted = _from_parts({**structured[0], "role": "assistant"})
         return converted[0] if converted else None
@@ -362,13 +389,13 @@ def _output_message(attributes: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _tools(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _tools(attributes: Mapping[str, Any], budget: ParseBudget | None) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
     for fields in _indexed(attributes, "llm.tools").values():
-        schema = _json(fields.get("tool.json_schema"))
+        schema = _json(fields.get("tool.json_schema"), budget)
         if isinstance(schema, Mapping):
             tools.append(dict(schema))
-    definitions = _json(attributes.get("gen_ai.tool.definitions"))
+    definitions = _json(attributes.get("gen_ai.tool.definitions"), budget)
     if isinstance(definitions, list):
         tools.extend(dict(d) for d in definitions if isinstance(d, Mapping))
     return tools
@@ -405,40 +432,31 @@ def _unencodable(value: Any) -> bool:
     return False
 
 
-def llm_requests(spans: list[Span], rejected: list[str] | None = None) -> list[dict[str, Any]]:
+def llm_requests(spans: list[Span], rejected: list[str] | None = None, budget: ParseBudget | None = None,
+                 *, consume: bool = False) -> list[dict[str, Any]]:
     """The LLM calls among ``spans``, oldest first, as request records (see the module's doc).
 
     A call whose messages hold text no UTF-8 can store (a lone surrogate inside
-    the JSON of ``gen_ai.input.messages``) is left out, its reason added to ``rejected``."""
+    the JSON of ``gen_ai.input.messages``), or whose attribute JSON would pass
+    ``budget``, is left out alone, its reason added to ``rejected``. With
+    ``consume``, each span's attributes are dropped once read, so the spans'
+    text and the records built from it are not held twice over."""
     calls: list[tuple[int, str, dict[str, Any]]] = []
     for span in spans:
         attributes = span.attributes
-        messages = _input_messages(attributes)
-        if not messages:
+        if consume:
+            span.attributes = {}
+        spent = budget.spent if budget is not None else 0
+        try:
+            record = _llm_request(span, attributes, budget)
+        except InputTooLarge as exc:
+            assert budget is not None
+            budget.release(budget.spent - spent)
+            if rejected is not None:
+                rejected.append(f"span {span.span_id or span.name!r}: {exc.message}")
             continue
-        model = (attributes.get("gen_ai.request.model") or attributes.get("llm.model_name")
-                 or attributes.get("gen_ai.response.model") or "")
-        body: dict[str, Any] = {"model": str(model), "messages": messages}
-        tools = _tools(attributes)
-        if tools:
-            body["tools"] = tools
-        raw = _json(attributes.get("input.value")) if attributes.get("input.mime_type") == "application/json" else None
-        if isinstance(raw, dict) and isinstance(raw.get("messages"), list) and raw["messages"]:
-            # OpenInference also records the request body itself: the agent's exact bytes win.
-            body = raw
-        reply = _output_message(attributes) or {}
-        session = (attributes.get("gen_ai.conversation.id") or attributes.get("session.id")
-                   or span.resource.get("session.id") or "")
-        record = {
-            "resource": resource_digest(span.resource),
-            "body": body,
-            "response_text": reply.get("content") or "",
-            "response_tool_calls": reply.get("tool_calls") or [],
-            "usage": _usage(attributes),
-            "session_id": str(session),
-            "trace_id": span.trace_id,
-            "span_id": span.span_id,
-        }
+        if record is None:
+            continue
         if _unencodable(record):
             if rejected is not None:
                 rejected.append(f"span {span.span_id or span.name!r}: its messages hold a lone surrogate")
@@ -446,6 +464,37 @@ def llm_requests(spans: list[Span], rejected: list[str] | None = None) -> list[d
         calls.append((span.start_ns, span.span_id, record))
     calls.sort(key=lambda item: (item[0], item[1]))
     return [{"seq": seq, **record} for seq, (_, _, record) in enumerate(calls, start=1)]
+
+
+def _llm_request(span: Span, attributes: Mapping[str, Any], budget: ParseBudget | None) -> dict[str, Any] | None:
+    """The request record of one span, None when it records no LLM call."""
+    messages = _input_messages(attributes, budget)
+    if not messages:
+        return None
+    model = (attributes.get("gen_ai.request.model") or attributes.get("llm.model_name")
+             or attributes.get("gen_ai.response.model") or "")
+    body: dict[str, Any] = {"model": str(model), "messages": messages}
+    tools = _tools(attributes, budget)
+    if tools:
+        body["tools"] = tools
+    raw = _json(attributes.get("input.value"), budget) if attributes.get("input.mime_type") == "application/json" else None
+    if isinstance(raw, dict) and isinstance(raw.get("messages"), list) and raw["messages"]:
+        # OpenInference also records the request body itself: the agent's exact bytes win.
+        body = raw
+    reply = _output_message(attributes, budget) or {}
+    session = (attributes.get("gen_ai.conversation.id") or attributes.get("session.id")
+               or span.resource.get("session.id") or "")
+    record = {
+        "resource": resource_digest(span.resource),
+        "body": body,
+        "response_text": reply.get("content") or "",
+        "response_tool_calls": reply.get("tool_calls") or [],
+        "usage": _usage(attributes),
+        "session_id": str(session),
+        "trace_id": span.trace_id,
+        "span_id": span.span_id,
+    }
+    return record
 
 
 def looks_like_otlp(head: bytes) -> bool:
@@ -458,8 +507,9 @@ def iter_requests(text: str) -> Iterator[dict[str, Any]]:
     yield from llm_requests(load_json_lines(text))
 
 
-def file_requests(fh: BinaryIO, size: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """The request records of an OTLP JSON file, and why the spans left out were rejected."""
-    export = read_export_file(fh, size)
+def file_requests(fh: BinaryIO, budget: ParseBudget) -> tuple[list[dict[str, Any]], list[str]]:
+    """The request records of an OTLP JSON file, and why the spans left out were rejected; all it
+    parses (the JSON inside span attributes too) within ``budget``."""
+    export = read_export_file(fh, budget)
     rejected = list(export.rejected)
-    return llm_requests(export.spans, rejected), rejected
+    return llm_requests(export.spans, rejected, budget, consume=True), rejected

@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_datetime
 
 from contextlab.engine.core.errors import MalformedInput
 from contextlab.engine.core.paths import UnsafePath, relative_parts
+from contextlab.engine.importers.json_stream import JsonSyntaxError, ParseBudget, bounded_lines, load_line
 from contextlab.engine.memory.long_term import BACKUP_DIR, DAILY_DIR
 from contextlab.engine.memory.retrieval import EXTERNALIZED_DIR
 from contextlab.engine.stages.archive import DialogArchive
@@ -41,7 +42,7 @@ from contextlab.sessions.models import (
     SummaryVersion,
     Turn,
 )
-from contextlab.sessions.services.inputs import BUNDLE_FORMAT, PayloadTooLarge
+from contextlab.sessions.services.inputs import BUNDLE_FORMAT, PayloadTooLarge, upload_budget
 from contextlab.sessions.services.persistence import load_manager
 from contextlab.sessions.services.profiles import profile_create
 from contextlab.support import providers
@@ -155,44 +156,40 @@ def _bundle_member_path(name: str) -> str | None:
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int]) -> bytes:
-    """A member's bytes, counted against ``budget`` as they come out of decompression.
-
-    The sizes a zip declares are the sender's word; only the running total of
-    what is actually produced bounds the memory a bundle can cost.
-    """
+    """A JSON member's bytes (session.json), counted against ``budget`` as they come out of
+    decompression and refused past the limit of one JSON document, whatever its header claims."""
     parts: list[bytes] = []
+    read = 0
     with archive.open(info) as member:
         while chunk := member.read(_READ_CHUNK):
             _spend(budget, len(chunk))
+            read += len(chunk)
+            if read > _longest_json():
+                raise PayloadTooLarge(f"{info.filename} is larger than the {_longest_json():,}-byte limit for one "
+                                      "JSON document of a bundle (CONTEXTLAB_MAX_BODY_BYTES × 2)", field="file")
             parts.append(chunk)
     return b"".join(parts)
 
 
-def _iter_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
-               budget: list[int]) -> Iterator[tuple[int, int, Any]]:
-    """The JSON lines of a member as (1-based line, bytes, value), one at a time: only the current line is held.
-
-    Each line has a budget of its own (``_longest_json``), apart from the
-    bundle's total, so a few huge lines are refused before they are parsed.
-    """
-    longest = _longest_json()
+def _iter_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: list[int],
+               parse: ParseBudget) -> Iterator[tuple[int, int, Any, int]]:
+    """The JSON lines of a member as (1-based line, bytes, value, what the value costs of ``parse``),
+    one at a time: only the current line is held, and a line past the limit of one is refused as soon
+    as its first piece over it is read (``bounded_lines``)."""
     with archive.open(info) as member:
-        number = 0
-        while line := member.readline(longest + 1):
-            number += 1
+        for number, offset, line in bounded_lines(member, parse, info.filename):
             _spend(budget, len(line))
-            if len(line) > longest:
-                raise PayloadTooLarge(f"{info.filename} line {number} is longer than the {longest:,}-byte limit "
-                                      "for one line of a bundle (CONTEXTLAB_MAX_BODY_BYTES × 2)", field="file")
             if line.strip():
+                spent, held = parse.spent, parse.held
                 try:
-                    value = json.loads(line)
-                except (ValueError, RecursionError) as exc:
+                    value = load_line(line, where=f"in {info.filename} line {number}", budget=parse, offset=offset)
+                except JsonSyntaxError as exc:
                     raise MalformedInput(f"{info.filename} line {number} is not valid JSON: {exc}",
                                          field="file") from exc
                 size = len(line)
                 del line
-                yield number, size, value
+                # What the row holds, not the keys kept for the whole bundle: given back once it is inserted.
+                yield number, size, value, (parse.spent - spent) - (parse.held - held)
 
 
 def _longest_json() -> int:
@@ -212,12 +209,13 @@ def _spend(budget: list[int], size: int) -> None:
     budget[0] -= size
     if budget[0] < 0:
         total = _unpacked_limit()
-        raise PayloadTooLarge(f"the bundle unpacks to more than {total:,} bytes (4 × the upload limit, "
+        raise PayloadTooLarge(f"the bundle unpacks to more than {total:,} bytes (the upload limit, "
                               "CONTEXTLAB_MAX_UPLOAD_BYTES)", field="file")
 
 
 def _unpacked_limit() -> int:
-    return 4 * int(settings.CONTEXTLAB_MAX_UPLOAD_BYTES)
+    """The most a bundle may unpack to: what an upload may be (a zip stored without compression)."""
+    return int(settings.CONTEXTLAB_MAX_UPLOAD_BYTES)
 
 
 def _bundle_profile(owner: User, data: Mapping[str, Any]) -> AgentProfile:
@@ -243,8 +241,12 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
     """Recreate a session from ``session_export``'s zip (its bytes or its file), for ``owner``.
 
     The session keeps its id when that id is free (so the notices in its
-    messages still name its own workspace), else it gets a new one.
+    messages still name its own workspace), else it gets a new one. What it
+    parses counts against the upload's ``ParseBudget``, each batch of rows given
+    back once inserted.
     """
+    # Rows are let go batch by batch: their strings are not kept for the whole bundle.
+    parse = upload_budget(len(data) if isinstance(data, bytes) else data.stat().st_size, share_strings=False)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data)
         infos = archive.infolist()
@@ -264,8 +266,8 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
         if manifest_info.file_size > _longest_json():
             raise PayloadTooLarge(f"session.json is larger than the {_longest_json():,}-byte limit for one JSON "
                                   "document of a bundle (CONTEXTLAB_MAX_BODY_BYTES × 2)", field="file")
-        manifest = json.loads(_read_member(archive, manifest_info, budget))
-    except (ValueError, RecursionError, zipfile.BadZipFile) as exc:
+        manifest = load_line(_read_member(archive, manifest_info, budget), where="in session.json", budget=parse)
+    except (JsonSyntaxError, zipfile.BadZipFile) as exc:
         raise MalformedInput(f"the bundle holds invalid JSON: {exc}", field="file") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise MalformedInput(f"not a session bundle of format {BUNDLE_FORMAT}", field="file")
@@ -274,7 +276,7 @@ def session_import_bundle(*, owner: User, data: bytes | Path, profile: AgentProf
             raise MalformedInput(f"session.json: {key} must be an object", field="file")
     row_infos = {name: archive.getinfo(name) for name in _BUNDLE_ROWS if name in names}
     try:
-        session = _bundle_restore(owner, profile, manifest, row_infos, archive, files, budget)
+        session = _bundle_restore(owner, profile, manifest, row_infos, archive, files, budget, parse)
     except zipfile.BadZipFile as exc:
         raise MalformedInput(f"not a session bundle: {exc}", field="file") from exc
     except (TypeError, ValueError, KeyError, DatabaseError) as exc:
@@ -293,7 +295,7 @@ _BATCH_ROWS = 500
 
 def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[str, Any],
                     row_infos: dict[str, zipfile.ZipInfo], archive: zipfile.ZipFile,
-                    files: dict[str, zipfile.ZipInfo], budget: list[int]) -> AgentSession:
+                    files: dict[str, zipfile.ZipInfo], budget: list[int], parse: ParseBudget) -> AgentSession:
     with transaction.atomic():
         profile = profile or _bundle_profile(owner, manifest.get("profile") or {})
         session = AgentSession(owner=owner, profile=profile, engine_state=manifest.get("engine_state") or {},
@@ -315,7 +317,7 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
         # Rows are checked and inserted as they are read, a batch at a time: a
         # bundle costs the memory of one batch, not of all its rows.
         for name, info in row_infos.items():
-            _insert_rows(session, name, _iter_rows(archive, info, budget))
+            _insert_rows(session, name, _iter_rows(archive, info, budget, parse), parse)
         # A new turn is written without a lookup when its number is past turns_count
         # (persistence._persist_turn): a bundle whose count lags its turn rows must not
         # make the next turn collide with one of them.
@@ -339,16 +341,20 @@ def _bundle_restore(owner: User, profile: AgentProfile | None, manifest: dict[st
     return session
 
 
-def _insert_rows(session: AgentSession, name: str, rows: Iterable[tuple[int, int, Any]]) -> None:
+def _insert_rows(session: AgentSession, name: str, rows: Iterable[tuple[int, int, Any, int]],
+                 parse: ParseBudget) -> None:
+    """Rows checked and inserted a batch at a time; what a batch cost of ``parse`` is given back once inserted."""
     model, fields = _BUNDLE_ROWS[name]
     required = _required_fields(model, fields)
     batch: list[Any] = []
     batch_bytes = 0
+    batch_cost = 0
     # The live messages are what the engine loads whenever the session is
     # opened: a bundle may not make that larger than one JSON document may be.
     live_budget = _longest_json()
-    for number, size, record in rows:
+    for number, size, record, cost in rows:
         where = f"{name} line {number}"
+        batch_cost += cost
         if not isinstance(record, dict):
             raise MalformedInput(f"{where}: every line must be an object", field="file")
         _check_row_path(name, where, record)
@@ -367,11 +373,14 @@ def _insert_rows(session: AgentSession, name: str, rows: Iterable[tuple[int, int
         batch.append(model(session=session, **values))
         # The row's size as JSON is what it costs in memory, to within a small factor.
         batch_bytes += size
+        del record
         if len(batch) >= _BATCH_ROWS or batch_bytes >= _BATCH_BYTES:
             model.objects.bulk_create(batch)
-            batch, batch_bytes = [], 0
+            parse.release(batch_cost)
+            batch, batch_bytes, batch_cost = [], 0, 0
     if batch:
         model.objects.bulk_create(batch)
+        parse.release(batch_cost)
 
 
 def _required_fields(model: type[Any], fields: tuple[str, ...]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from contextlab.sessions.models import (
     CompactionRun,
 )
 from contextlab.sessions.services.bundles import session_import_bundle
-from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH, PayloadTooLarge
+from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH, PayloadTooLarge, upload_budget
 from contextlab.sessions.services.live_state import (
     current_live_view,
     live_state_of,
@@ -116,7 +116,7 @@ def transcript_import(*, owner: User, path: str | Path | None = None, upload: Up
     restored = _import_without_replay(owner=owner, source=source, profile=profile, title=title)
     if restored is not None:
         return restored
-    transcript = load_transcript(source)
+    transcript = load_transcript(source, upload_budget(source.stat().st_size))
     session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
                              title=title or source.name[:MAX_TITLE_LENGTH])
     session.status = AgentSession.Status.IMPORTING
@@ -204,7 +204,7 @@ def transcript_import_enqueue(*, owner: User, path: str | Path | None = None, up
     restored = _import_without_replay(owner=owner, source=source, profile=profile, title=title)
     if restored is not None:
         return restored, None
-    transcript = load_transcript(source)
+    transcript = load_transcript(source, upload_budget(source.stat().st_size))
     with transaction.atomic():
         session = session_create(owner=owner, system_prompt=transcript.system_prompt or "", profile=profile,
                                  title=title or source.name[:MAX_TITLE_LENGTH])
@@ -239,7 +239,7 @@ def transcript_import_work(*, run_id: int) -> str:
                 raise MalformedInput("the uploaded transcript is gone; upload it again", field="file")
             # A retried run starts from scratch: the replay is deterministic.
             import_reset(session)
-            transcript = load_transcript(files[0])
+            transcript = load_transcript(files[0], upload_budget(files[0].stat().st_size))
             _replay(session, transcript.messages, transcript.tools,
                     progress=lambda done, total: run_announce(run, done=done, total=total))
             session.refresh_from_db()

@@ -10,6 +10,7 @@ from contextlab.engine.convert import detect_message_format, from_agentscope, fr
 from contextlab.engine.core.errors import ContextLabError, InputTooLarge, InvalidMessages, MalformedInput
 from contextlab.engine.core.messages import Message
 from contextlab.engine.core.unicode import encodable, first_unencodable, holds_nul
+from contextlab.engine.importers.json_stream import ParseBudget
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,16 @@ class SessionUnavailable(ContextLabError):
 
 class PayloadTooLarge(InputTooLarge):
     """An upload over the configured size limit."""
+
+
+def upload_budget(size: int, *, share_strings: bool = True) -> ParseBudget:
+    """What everything one ``size``-byte upload parses may take in memory, shared by all it holds (the
+    members of a zip, the lines of JSON Lines, the JSON inside span attributes): twice the upload plus
+    a constant. One line of JSON Lines, or one row of a bundle, may hold twice an API body."""
+    from django.conf import settings
+
+    return ParseBudget.for_size(size, "the upload", line_bytes=2 * int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
+                                line_text="CONTEXTLAB_MAX_BODY_BYTES × 2", share_strings=share_strings)
 
 
 class RunInProgress(ContextLabError):

@@ -51,7 +51,7 @@ from contextlab.sessions.models import (
     SummaryVersion,
     Turn,
 )
-from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH
+from contextlab.sessions.services.inputs import MAX_TITLE_LENGTH, upload_budget
 from contextlab.sessions.services.profiles import profile_observed
 
 OBSERVED_POLICY = "observed"
@@ -365,34 +365,55 @@ def _copaw_profile(owner: User, name: str, knobs: dict[str, Any]) -> AgentProfil
 
 
 def _workspace_rows(session: AgentSession, workspace: CopawWorkspace) -> None:
-    """Without a request log: the archived and live messages and the current summary, as the workspace holds them."""
-    rows: list[SessionMessage] = []
+    """Without a request log: the archived and live messages and the current summary, as the workspace holds them.
+
+    Rows are inserted a batch at a time; a message id the workspace uses again gets a ``#dupN``
+    suffix (as the transcript importers rename one), never a database error."""
+    batch: list[SessionMessage] = []
+    seen: set[str] = set()
     located = [(a["message"], SessionMessage.Status.ARCHIVED, a["file"], a["line"]) for a in workspace.archived]
     located += [(m, SessionMessage.Status.LIVE, "", None) for m in workspace.live_messages]
     for index, (message, status, file, line) in enumerate(located, start=1):
         content = message.get("content")
         blocks = ([b for b in content if isinstance(b, dict)] if isinstance(content, list)
                   else [{"type": "text", "text": str(content or "")}])
-        rows.append(SessionMessage(session=session, message_id=str(message.get("id") or f"m{index}")[:200],
-                                   seq=index, role=str(message.get("role", ""))[:16],
-                                   name=str(message.get("name") or ""), timestamp=str(message.get("timestamp") or ""),
-                                   content=blocks, current_content=blocks, status=status, archive_file=file,
-                                   archive_line=line))
-    SessionMessage.objects.bulk_create(rows)
+        batch.append(SessionMessage(session=session, message_id=_unique_id(str(message.get("id") or f"m{index}"), seen),
+                                    seq=index, role=str(message.get("role", ""))[:16],
+                                    name=str(message.get("name") or ""), timestamp=str(message.get("timestamp") or ""),
+                                    content=blocks, current_content=blocks, status=status, archive_file=file,
+                                    archive_line=line))
+        if len(batch) >= _ROW_BATCH:
+            SessionMessage.objects.bulk_create(batch)
+            batch = []
+    SessionMessage.objects.bulk_create(batch)
     if workspace.summary:
         SummaryVersion.objects.create(session=session, version=1, text=workspace.summary, turn=0, trigger="",
                                       compactor="agent", compacted_ids=[])
     session.summary = workspace.summary
     session.summary_version = 1 if workspace.summary else 0
-    session.messages_count = len(rows)
+    session.messages_count = len(located)
     session.live_count = len(workspace.live_messages)
     session.system_prompt = workspace.system_prompt
     session.save()
 
 
+_ROW_BATCH = 500
+
+
+def _unique_id(message_id: str, seen: set[str]) -> str:
+    """``message_id`` (cut to what a row holds), or with a ``#dupN`` suffix when ``seen`` has it already."""
+    unique = message_id[:200]
+    n = 2
+    while unique in seen:
+        unique = f"{message_id[:190]}#dup{n}"
+        n += 1
+    seen.add(unique)
+    return unique
+
+
 def unpack_budget(path: Path) -> UnpackBudget:
-    """What an uploaded zip may unpack to: each member one JSON document of a bundle, in all twice the
-    archive plus that, so the import holds at most about twice its upload plus a constant."""
+    """What an uploaded zip may unpack to, on disk: each member one JSON document of a bundle, in all
+    twice the archive plus that. What its members cost in memory once read is ``upload_budget``'s."""
     body = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     size = path.stat().st_size if path.is_file() else 0
     return UnpackBudget(
@@ -405,12 +426,14 @@ def unpack_budget(path: Path) -> UnpackBudget:
 
 def copaw_workspace_import(*, owner: User, path: Path, title: str = "", file_name: str = "") -> AgentSession:
     """A CoPaw workspace (folder or zip, with its ``requests/`` log inside when there is one) as a session."""
+    # One budget for all the workspace's files and its requests: they are one upload.
+    budget = upload_budget(path.stat().st_size) if path.is_file() else None
     with opened_folder(path, WORKSPACE_MARKERS, unpack_budget(path)) as folder:
         if not any((folder / n).exists() for n in WORKSPACE_MARKERS):
             raise MalformedInput("not a CoPaw workspace: no agent.json, sessions/ or dialog/", field="file")
-        workspace = read_workspace(folder)
+        workspace = read_workspace(folder, budget)
         request_dir = next((d for d in (folder / "requests", folder.parent / "requests") if d.is_dir()), None)
-        requests = read_request_folder(request_dir) if request_dir is not None else []
+        requests = read_request_folder(request_dir, budget) if request_dir is not None else []
     report = analyse(workspace, observe(requests) if requests else None)
     profile = _copaw_profile(owner, f"CoPaw {workspace.folder_name}", {
         k: v for k, v in workspace.profile.items() if k in PROFILE_KNOBS})
@@ -421,11 +444,12 @@ def copaw_workspace_import(*, owner: User, path: Path, title: str = "", file_nam
         session = observed_session_create(owner=owner, requests=requests, profile=profile, source=source,
                                           title=title or f"CoPaw {workspace.folder_name}")
     else:
-        session = AgentSession.objects.create(
-            owner=owner, profile=profile, source=source,
-            title=(title or f"CoPaw {workspace.folder_name}")[:MAX_TITLE_LENGTH],
-            tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
-        _workspace_rows(session, workspace)
+        with transaction.atomic():
+            session = AgentSession.objects.create(
+                owner=owner, profile=profile, source=source,
+                title=(title or f"CoPaw {workspace.folder_name}")[:MAX_TITLE_LENGTH],
+                tokens_window=profile.max_input_length, tokens_threshold=profile.threshold)
+            _workspace_rows(session, workspace)
     _write_memory(session, workspace)
     return session
 
@@ -445,9 +469,10 @@ def _write_memory(session: AgentSession, workspace: CopawWorkspace) -> None:
 def requests_import(*, owner: User, path: Path, title: str = "", file_name: str = "",
                     profile: AgentProfile | None = None) -> AgentSession:
     """A folder (or zip) of recorded request bodies, as the session of its main conversation."""
+    budget = upload_budget(path.stat().st_size) if path.is_file() else None
     with opened_folder(path, REQUEST_MARKERS, unpack_budget(path)) as folder:
         inner = folder / "requests" if (folder / "requests").is_dir() else folder
-        requests = read_request_folder(inner)
+        requests = read_request_folder(inner, budget)
     observer = observe(requests)
     source = {"format": "requests", "file": file_name or path.name, "requests": len(requests),
               "messages": len(requests), "conversations": len(observer.conversations), "warnings": []}
@@ -481,7 +506,7 @@ def otlp_import(*, owner: User, path: Path, title: str = "", file_name: str = ""
 
     try:
         with path.open("rb") as fh:
-            records, rejected = file_requests(fh, path.stat().st_size)
+            records, rejected = file_requests(fh, upload_budget(path.stat().st_size))
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedInput(f"the file is not an OTLP JSON trace export: {exc}", field="file") from exc
     if not records:
