@@ -337,6 +337,11 @@ WORKSPACES_DIR = Path(os.getenv("CONTEXTLAB_WORKSPACES_DIR", VAR_DIR / "workspac
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("CONTEXTLAB_MAX_BODY_BYTES", str(32 * 1024 * 1024))
 # Largest transcript or session bundle accepted for import.
 CONTEXTLAB_MAX_UPLOAD_BYTES = envint("CONTEXTLAB_MAX_UPLOAD_BYTES", str(256 * 1024 * 1024))
+# What an import may take in memory once parsed: twice its upload plus this. A
+# zip's upload is its compressed size, so a well-compressed honest archive (a
+# CoPaw workspace of long dialogs) may need more than the default allows; the
+# refusal names this setting.
+CONTEXTLAB_IMPORT_MEMORY_SLACK_BYTES = envint("CONTEXTLAB_IMPORT_MEMORY_SLACK_BYTES", str(6 * 1024 * 1024))
 # Largest request body the server receives at all (an upload and its form
 # fields); refused with 413 while it arrives. Without credentials the limit is
 # DATA_UPLOAD_MAX_MEMORY_SIZE.

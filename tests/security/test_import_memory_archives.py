@@ -282,6 +282,29 @@ def test_it_imports_a_large_honest_copaw_workspace(alice, tmp_path, small_limits
     _bounded(peak, upload)
 
 
+def test_it_names_the_setting_that_lets_a_well_compressed_honest_workspace_in(alice, tmp_path, small_limits, settings):
+    # Prose compresses several times over: unpacked, this zip's dialog is more than twice the zip + the
+    # default slack. The refusal names the operator's setting, and raising it lets the workspace in.
+    # (Bodies of 8 MB: the unpacked files stay within the disk's allowance, 2 × zip + 2 × that.)
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * MB
+    rng = random.Random(3)
+    words = ["the", "build", "log", "shows", "a", "warning", "in", "module", "step", "ticket", "passed", "again"]
+    dialog = [json.dumps({"id": f"m{n}", "role": "user" if n % 2 else "assistant", "content": [
+        {"type": "text", "text": " ".join(rng.choice(words) for _ in range(2_000))}]}) for n in range(1_000)]
+    path = _zip(tmp_path / "workspace.zip", _workspace(dialog, per_file=100))
+    upload = path.stat().st_size
+    refused = _import(alice, path)[1]
+    assert isinstance(refused, InputTooLarge), refused
+    assert "CONTEXTLAB_IMPORT_MEMORY_SLACK_BYTES" in refused.message, refused.message
+    assert not AgentSession.objects.exists()
+
+    settings.CONTEXTLAB_IMPORT_MEMORY_SLACK_BYTES = 64 * MB
+    peak, result = _import(alice, path)
+    assert isinstance(result, AgentSession), result
+    assert SessionMessage.objects.filter(session=result).count() == 1_000
+    assert peak <= 2 * upload + 64 * MB + CONSTANT
+
+
 def test_it_imports_a_large_honest_bundle(alice, small_limits):
     rng = random.Random(3)
     rows = [_row(seq, _hex(rng, 200_000)) for seq in range(40)]

@@ -95,9 +95,12 @@ class ParseBudget:
 
     @classmethod
     def for_size(cls, size: int, what: str = "the file", *, line_bytes: int | None = None,
-                 line_text: str = "", share_strings: bool = True) -> ParseBudget:
-        """``PARSED_FACTOR`` times the ``size`` bytes of ``what`` (an upload), plus ``PARSED_SLACK``."""
-        return cls(PARSED_FACTOR * size + PARSED_SLACK, f"{PARSED_FACTOR} × {what}'s {size:,} bytes + {PARSED_SLACK:,}",
+                 line_text: str = "", share_strings: bool = True, slack: int = PARSED_SLACK,
+                 slack_text: str = "") -> ParseBudget:
+        """``PARSED_FACTOR`` times the ``size`` bytes of ``what`` (an upload), plus ``slack``
+        (``slack_text``: what sets it, for the message)."""
+        named = f" ({slack_text})" if slack_text else ""
+        return cls(PARSED_FACTOR * size + slack, f"{PARSED_FACTOR} × {what}'s {size:,} bytes + {slack:,}{named}",
                    line_bytes=line_bytes, line_text=line_text, share_strings=share_strings)
 
     def keep(self, text: str, where: str = "in the file") -> str:

@@ -34,11 +34,13 @@ class PayloadTooLarge(InputTooLarge):
 def upload_budget(size: int, *, share_strings: bool = True) -> ParseBudget:
     """What everything one ``size``-byte upload parses may take in memory, shared by all it holds (the
     members of a zip, the lines of JSON Lines, the JSON inside span attributes): twice the upload plus
-    a constant. One line of JSON Lines, or one row of a bundle, may hold twice an API body."""
+    a constant the operator sets. One line of JSON Lines, or one row of a bundle, may hold twice an API body."""
     from django.conf import settings
 
     return ParseBudget.for_size(size, "the upload", line_bytes=2 * int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
-                                line_text="CONTEXTLAB_MAX_BODY_BYTES × 2", share_strings=share_strings)
+                                line_text="CONTEXTLAB_MAX_BODY_BYTES × 2", share_strings=share_strings,
+                                slack=int(settings.CONTEXTLAB_IMPORT_MEMORY_SLACK_BYTES),
+                                slack_text="CONTEXTLAB_IMPORT_MEMORY_SLACK_BYTES")
 
 
 class RunInProgress(ContextLabError):
