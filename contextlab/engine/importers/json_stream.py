@@ -99,8 +99,8 @@ class ParseBudget:
                  slack_text: str = "") -> ParseBudget:
         """``PARSED_FACTOR`` times the ``size`` bytes of ``what`` (an upload), plus ``slack``
         (``slack_text``: what sets it, for the message)."""
-        named = f" ({slack_text})" if slack_text else ""
-        return cls(PARSED_FACTOR * size + slack, f"{PARSED_FACTOR} × {what}'s {size:,} bytes + {slack:,}{named}",
+        constant = f"the {slack:,} bytes of {slack_text}" if slack_text else f"{slack:,}"
+        return cls(PARSED_FACTOR * size + slack, f"{PARSED_FACTOR} × {what}'s {size:,} bytes + {constant}",
                    line_bytes=line_bytes, line_text=line_text, share_strings=share_strings)
 
     def keep(self, text: str, where: str = "in the file") -> str:
