@@ -497,8 +497,9 @@ def _stored_payload(held: _Held, number: int, payload: list[dict[str, Any]]) -> 
 def _persist_turn(session: AgentSession, result: TurnResult, held: _Held,
                   usage: dict[str, Any] | None = None) -> Turn:
     trace = result.trace.to_dict()
-    # Converted once per turn, from the forms the engine keeps per live message.
-    payload = result.openai_messages()
+    # Converted once per turn, from the forms the engine keeps per live message. Only read
+    # here (stored, compared with the last turn's by identity first, encoded): not copied.
+    payload = result.openai_messages(copy=False)
     number = int(trace["turn"])
     stored = _stored_payload(held, number, payload)
     gate = trace_step(trace, "gate").get("numbers") or {}

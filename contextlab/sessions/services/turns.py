@@ -208,7 +208,8 @@ class PendingTurn:
         if self.result is None:
             assert self.repeated is not None
             return list(self.repeated.payload)
-        return self.result.openai_messages()
+        # The engine's own message dicts (not copied): the gateway only encodes and converts them.
+        return self.result.openai_messages(copy=False)
 
     @property
     def trace(self) -> dict[str, Any]:
