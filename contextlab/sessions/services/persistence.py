@@ -313,8 +313,10 @@ def locked_session(session: AgentSession, *, keep: bool = True,
     ``current=True``: ``session`` is the row as the caller read it moments ago in
     this call (every column but ``engine_state``, its profile joined) and has not
     changed it since; it is used as the locked row when its version has not moved
-    (``relock_current``), instead of reading the row again."""
-    with transaction.atomic():
+    (``relock_current``), instead of reading the row again. Such a caller runs this
+    inside its own transaction and lets an error end that transaction, so no
+    savepoint is made (two statements fewer)."""
+    with transaction.atomic(savepoint=not current):
         # The state header is read only when this process holds no current
         # engine: decoding it on every request would cost what the cache saves.
         if current and relock_current(session):

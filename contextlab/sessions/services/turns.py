@@ -257,7 +257,7 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
     like a compaction of the hook's.
 
     ``current``: ``session`` is the row as the caller just read it, in this
-    transaction (see ``locked_session``).
+    transaction, which an error here ends (see ``locked_session``).
     """
     if messages:
         check_raw_messages(messages)
