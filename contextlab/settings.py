@@ -7,7 +7,6 @@ channel layer, jobs on a thread pool in the one web process. Scaled mode:
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 from pathlib import Path
@@ -139,22 +138,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # explicitly because the backend is ours: pytest-xdist would otherwise name
     # each worker's test database after the file path of the real one.
     DATABASES["default"]["TEST"] = {"NAME": ":memory:"}
-elif (DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not DATABASES["default"]["CONN_MAX_AGE"]
-      and envint("CONTEXTLAB_DB_POOL_SIZE", "16") > 0 and importlib.util.find_spec("psycopg_pool") is not None):
-    # PostgreSQL (scaled mode): each process keeps its connections in a pool. Under ASGI
-    # Django serves every request on a thread of its own and, without one, opened and
-    # closed a connection per request (most of what a gateway call cost beyond SQLite's).
-    # A request returns its connection when it ends; a connection idle for a minute, past
-    # the first two, is closed, so a process holds CONTEXTLAB_DB_POOL_SIZE at most (a request
-    # past that waits for one, up to 30 s). Each connection is checked as it is taken, so a
-    # restarted server costs no request. Celery's prefork children close theirs after
-    # every task (its Django fixup). Off with CONTEXTLAB_DB_POOL_SIZE=0 or DB_CONN_MAX_AGE set.
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": min(2, envint("CONTEXTLAB_DB_POOL_SIZE", "16")),
-        "max_size": envint("CONTEXTLAB_DB_POOL_SIZE", "16"),
-        "max_idle": 60.0, "timeout": 30.0,
-    }
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # with a pool: each connection checked as it is taken
 
 # Several processes on a shared database or Redis (scaled mode) must share one
 # key, which only the operator can give them; an install on SQLite makes its own.
