@@ -98,17 +98,13 @@ class TurnResult:
     # and stores it, and converting costs a pass over every live message.
     _openai: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def openai_messages(self, *, copy: bool = True) -> list[dict[str, Any]]:
-        """The payload as OpenAI chat messages (a new list; what its message dicts hold is shared, do not change it).
-
-        ``copy=False``: the message dicts are the engine's own, shared with its later
-        turns, for a caller that only reads them (encodes, stores, compares): no copy of
-        every message, and a message unchanged since the last turn is the very same object."""
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """The payload as OpenAI chat messages (a new list; what its message dicts hold is shared, do not change it)."""
         from contextlab.engine.convert.openai import to_openai
 
         if self._openai is None:
             self._openai = to_openai(self.payload, self.openai_forms)
-        return [dict(item) for item in self._openai] if copy else list(self._openai)
+        return [dict(item) for item in self._openai]
 
 
 class ContextManager(ToolResultCuts, CompactionSteps, Pinning, SavedState):

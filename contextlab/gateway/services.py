@@ -315,9 +315,7 @@ def exchange_prepare(*, owner: User, profile: AgentProfile, provider: UpstreamPr
                 pending = repeat or sessions.session_advance_pending(
                     session=session, messages=exchange.rest[exchange.matched:], system_prompt=system,
                     request_schemas=(body.get("tools"), body.get("response_format")),
-                    stage_summary=True, defer_summary=defer_summary, agent_compaction=adopting,
-                    # The session row as its gateway row's read brought it, in this transaction.
-                    current=gateway is not None and session is gateway.session)
+                    stage_summary=True, defer_summary=defer_summary, agent_compaction=adopting)
                 exchange.pending = pending
                 if pending.committed:
                     # The hook compacted and its turn is written now: the ingested
@@ -501,10 +499,8 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
     """
     # The engine state is the session's largest column, and the services load
     # it themselves under their lock; decoding it here too would double the cost.
-    # The session's profile comes with it: the services' lock then reads only the columns
-    # that may have moved (``sessions.locked_session(current=True)``).
     candidates = list(GatewaySession.objects.filter(owner=owner, key=key, session__profile=profile)
-                      .select_related("session__profile").defer("session__engine_state")
+                      .select_related("session").defer("session__engine_state")
                       .order_by("-updated")[:MAX_CANDIDATES])
     session_id = _as_uuid(session_header) if session_header else None
     if session_id is not None and all(c.session_id != session_id for c in candidates):
@@ -526,13 +522,13 @@ def _find(owner: User, profile: AgentProfile, key: str, kind: str, session_heade
                    .values_list("updated", flat=True).first())
         if updated == best.updated:
             return best, "continued", None
-        locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session__profile")
+        locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
                   .defer("session__engine_state").get(pk=best.pk))
         if history.continues_chain(locked.ingested, chains):
             return locked, "continued", None
     for candidate in candidates if retry else []:
         if history.repeats_chain(candidate.ingested, chains):
-            locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session__profile")
+            locked = (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
                       .defer("session__engine_state").get(pk=candidate.pk))
             if history.repeats_chain(locked.ingested, chains):
                 return locked, "repeated", None
@@ -716,7 +712,7 @@ def _relocked_row(exchange: Exchange) -> GatewaySession:
 
 
 def _locked_row(session_id: Any) -> GatewaySession:
-    return (GatewaySession.objects.select_for_update(of=("self",)).select_related("session__profile")
+    return (GatewaySession.objects.select_for_update(of=("self",)).select_related("session")
             .defer("session__engine_state").get(pk=session_id))
 
 

@@ -10,17 +10,14 @@ Two transports, chosen by the settings:
   and ``async_to_sync`` from a worker thread stalls until the event loop wakes
   (measured 0.06-1 s under Daphne). We capture the server's loop when the first
   websocket connects (``remember_loop``) and hop onto it with
-  ``run_coroutine_threadsafe`` (measured 1-2 ms). An event for a group nobody
-  in the process follows is not sent at all.
-* scaled mode (Redis layer): any process can send, from a loop of its own that
-  keeps its Redis connection (``_publishing_loop``).
+  ``run_coroutine_threadsafe`` (measured 1-2 ms).
+* scaled mode (Redis layer): any process can send; plain ``async_to_sync``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -68,25 +65,6 @@ def publish(group: str, event: dict[str, Any], *, coalesce: str | None = None) -
     _send(group, event)
 
 
-_publisher: tuple[int, asyncio.AbstractEventLoop] | None = None
-_publisher_lock = threading.Lock()
-
-
-def _publishing_loop() -> asyncio.AbstractEventLoop:
-    """This process's loop for sending to a layer of other processes, started on first use (and
-    again in a forked child, where the parent's thread does not run)."""
-    global _publisher
-    with _publisher_lock:
-        if _publisher is None or _publisher[0] != os.getpid() or not _publisher[1].is_running():
-            loop = asyncio.new_event_loop()
-            started = threading.Event()
-            loop.call_soon(started.set)
-            threading.Thread(target=loop.run_forever, name="live-publisher", daemon=True).start()
-            started.wait(timeout=5)
-            _publisher = (os.getpid(), loop)
-        return _publisher[1]
-
-
 def _send(group: str, event: dict[str, Any]) -> None:
     if not threading.main_thread().is_alive():
         # The process is exiting (a coalesced event's timer fired while exit handlers, such as
@@ -106,22 +84,11 @@ def _send(group: str, event: dict[str, Any]) -> None:
         if running is not None:
             # Already on a loop (a consumer or an async view): schedule, don't block.
             running.create_task(layer.group_send(group, event))
-        elif _in_memory_layer(layer):
-            if not getattr(layer, "groups", {}).get(group):
-                # Nobody in this process follows the group (the in-memory layer has no other):
-                # sending would only start an event loop for nothing (~1 ms per event).
-                return
-            if _loop is not None and _loop.is_running():
-                future = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), _loop)
-                future.result(timeout=5)
-            else:
-                async_to_sync(layer.group_send)(group, event)
-        else:
-            # Another process's layer (Redis): sent from this process's own publishing loop,
-            # which keeps its connection. ``async_to_sync`` started a loop, and with it a new
-            # Redis connection, for every event (4 ms against 0.75 ms, measured).
-            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), _publishing_loop())
+        elif _in_memory_layer(layer) and _loop is not None and _loop.is_running():
+            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), _loop)
             future.result(timeout=5)
+        else:
+            async_to_sync(layer.group_send)(group, event)
     except Exception:  # a page update must never break the work it reports on
         log.exception("could not publish %s to %s", event.get("type"), group)
 

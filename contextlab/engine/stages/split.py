@@ -103,8 +103,7 @@ def plan_split(messages: Sequence[Message], tokens: Sequence[int], *, reserve: i
     compact = [i for i in range(cut) if i != pinned]
     keep = ([pinned] if pinned is not None else []) + list(range(cut, n))
     kept_tokens = sum(tokens[i] for i in keep)
-    # ``compact`` is every index before the cut but the pinned one: summed in C.
-    compact_tokens = sum(tokens[:cut]) - (tokens[pinned] if pinned is not None else 0)
+    compact_tokens = sum(tokens[i] for i in compact)
     if pinned is not None:
         notes.append(f"the newest user message (index {pinned}) is pinned: the cut lands inside its turn")
     return SplitPlan(

@@ -276,54 +276,18 @@ def _stored_calls(session: AgentSession, state: Mapping[str, Any]) -> _StoredCal
     return _StoredCalls(entries, answered, rowed, made)
 
 
-# The session row's columns that change without moving ``state_version``: a rename, an
-# import's or a run's status and source, a failure the gateway counts, a summary call's lease.
-# Every other column changes only with the version (``persist_step``), or when the row is made.
-UNVERSIONED_FIELDS = ("title", "status", "source", "failures_count", "summary_call_until")
-
-
-def relock_current(session: AgentSession) -> bool:
-    """Lock ``session``'s row and tell whether ``session`` is that row still: True when its
-    ``state_version`` and profile have not moved since it was read (earlier in the same call),
-    its unversioned columns then read again; False when the row moved.
-
-    Cheaper than reading the row again (its columns, its profile joined): Django's cost
-    of building that read is most of a short turn's."""
-    row = (AgentSession.objects.select_for_update(of=("self",)).filter(pk=session.pk)
-           .values_list("state_version", "profile_id", *UNVERSIONED_FIELDS).first())
-    if row is None:
-        raise AgentSession.DoesNotExist(f"session {session.pk} no longer exists")
-    version, profile_id, *values = row
-    if version != session.state_version or profile_id != session.profile_id:
-        return False
-    for name, value in zip(UNVERSIONED_FIELDS, values, strict=True):
-        setattr(session, name, value)
-    return True
-
-
 @contextlib.contextmanager
-def locked_session(session: AgentSession, *, keep: bool = True,
-                   current: bool = False) -> Iterator[tuple[AgentSession, ContextManager]]:
+def locked_session(session: AgentSession, *, keep: bool = True) -> Iterator[tuple[AgentSession, ContextManager]]:
     """The session row, locked until the transaction ends, and its engine (cached when current).
 
     ``keep=False``: the caller changes the engine without writing it (a turn it
     writes later, or never), so the engine must not go back into the cache as
-    if it were the committed state; the caller keeps it itself once written.
-
-    ``current=True``: ``session`` is the row as the caller read it moments ago in
-    this call (every column but ``engine_state``, its profile joined) and has not
-    changed it since; it is used as the locked row when its version has not moved
-    (``relock_current``), instead of reading the row again. Such a caller runs this
-    inside its own transaction and lets an error end that transaction, so no
-    savepoint is made (two statements fewer)."""
-    with transaction.atomic(savepoint=not current):
+    if it were the committed state; the caller keeps it itself once written."""
+    with transaction.atomic():
         # The state header is read only when this process holds no current
         # engine: decoding it on every request would cost what the cache saves.
-        if current and relock_current(session):
-            locked = session
-        else:
-            locked = (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
-                      .defer("engine_state").get(pk=session.pk))
+        locked = (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
+                  .defer("engine_state").get(pk=session.pk))
         if locked.status == AgentSession.Status.IMPORTING:
             raise SessionUnavailable("the session is still being imported; try again when it is done",
                                      field="session")
@@ -499,9 +463,8 @@ def _stored_payload(held: _Held, number: int, payload: list[dict[str, Any]]) -> 
 def _persist_turn(session: AgentSession, result: TurnResult, held: _Held,
                   usage: dict[str, Any] | None = None) -> Turn:
     trace = result.trace.to_dict()
-    # Converted once per turn, from the forms the engine keeps per live message. Only read
-    # here (stored, compared with the last turn's by identity first, encoded): not copied.
-    payload = result.openai_messages(copy=False)
+    # Converted once per turn, from the forms the engine keeps per live message.
+    payload = result.openai_messages()
     number = int(trace["turn"])
     stored = _stored_payload(held, number, payload)
     gate = trace_step(trace, "gate").get("numbers") or {}

@@ -37,7 +37,6 @@ from contextlab.sessions.services.persistence import (
     load_manager,
     locked_session,
     persist_step,
-    relock_current,
     written_rows,
 )
 from contextlab.sessions.services.profiles import profile_default
@@ -208,8 +207,7 @@ class PendingTurn:
         if self.result is None:
             assert self.repeated is not None
             return list(self.repeated.payload)
-        # The engine's own message dicts (not copied): the gateway only encodes and converts them.
-        return self.result.openai_messages(copy=False)
+        return self.result.openai_messages()
 
     @property
     def trace(self) -> dict[str, Any]:
@@ -236,7 +234,7 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
                             system_prompt: str | None = None,
                             request_schemas: tuple[Any, Any] | None = None,
                             stage_summary: bool = False, defer_summary: bool = False,
-                            agent_compaction: AgentCompaction | None = None, current: bool = False) -> PendingTurn:
+                            agent_compaction: AgentCompaction | None = None) -> PendingTurn:
     """``session_advance`` without the write: the payload now, the turn once ``pending_turn_commit`` runs.
 
     ``session`` may be new (``session_new``). Call it inside the caller's
@@ -255,9 +253,6 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
     (all it sent) replace the live ones in an agent-compaction turn of this
     same session (``ContextManager.adopt_agent_compaction``), written at once
     like a compaction of the hook's.
-
-    ``current``: ``session`` is the row as the caller just read it, in this
-    transaction, which an error here ends (see ``locked_session``).
     """
     if messages:
         check_raw_messages(messages)
@@ -270,7 +265,7 @@ def session_advance_pending(*, session: AgentSession, messages: list[dict[str, A
             manager = ContextManager(session.profile.to_engine(), session.workspace,
                                      system_prompt=session.system_prompt, transactional=True)
         else:
-            locked, manager = stack.enter_context(locked_session(session, keep=False, current=current))
+            locked, manager = stack.enter_context(locked_session(session, keep=False))
         version = () if new else _version(locked)
         if system_prompt is not None and system_prompt != manager.system_prompt:
             manager.system_prompt = system_prompt
@@ -393,9 +388,6 @@ def pending_turn_commit(*, pending: PendingTurn, reply: list[dict[str, Any]],
     if session._state.adding:
         session.save()
         locked, manager, same = session, pending.manager, True
-    elif relock_current(session):
-        # The row the turn was computed on, still at its version: not read again.
-        locked, manager, same = session, pending.manager, _version(session) == pending.version
     else:
         locked = (AgentSession.objects.select_for_update(of=("self",)).select_related("profile")
                   .get(pk=session.pk))

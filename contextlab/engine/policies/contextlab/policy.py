@@ -49,9 +49,7 @@ class ContextlabPolicy(Policy["ContextManager"]):
 
 def preview_split(manager: ContextManager) -> SplitPreview:
     """Which messages a manual compaction would summarise and which it keeps."""
-    # Every commit's live view asks this (``live_state``), so the pass over the live
-    # messages is made in C: ``tokens_of`` is the counter's ``count_message``.
-    plan = plan_for(manager, list(map(manager.counter.count_message, manager.messages)), manual=True,
+    plan = plan_for(manager, [manager.tokens_of(m) for m in manager.messages], manual=True,
                     reserve=manager.profile.reserve)
     return SplitPreview(
         compact_ids=[manager.messages[i].id for i in plan.compact],
