@@ -17,14 +17,11 @@ limits so that a bomb and a large honest file both run in seconds:
 
 from __future__ import annotations
 
-import gc
 import io
 import json
 import os
 import random
-import tracemalloc
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +29,11 @@ import pytest
 from django.test import Client
 
 from contextlab.core.bodylimit import refusal_body
-from contextlab.engine.core.errors import ContextLabError, InputTooLarge
-from contextlab.engine.core.tokens import get_encoding
+from contextlab.engine.core.errors import InputTooLarge
 from contextlab.gateway.models import ObservedCall
 from contextlab.sessions import services
 from contextlab.sessions.models import AgentSession, SessionMessage
+from tests.security.test_import_memory import _peak
 
 MB = 1024 * 1024
 # What an import may hold besides twice its upload: the parse budget's slack
@@ -57,25 +54,6 @@ embedded_bound = pytest.mark.skipif(bool(os.environ.get("CONTEXTLAB_SCALED_TESTS
 def small_limits(settings: Any) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1 * MB  # one line, one member: at most 2 MB
     settings.CONTEXTLAB_MAX_UPLOAD_BYTES = 32 * MB
-
-
-def _peak(work: Callable[[], Any]) -> tuple[int, Any]:
-    """The peak of Python allocations while ``work`` runs (its result or the error it raised)."""
-    for name in ("o200k_base", "cl100k_base"):  # loaded once per process, not per import
-        get_encoding(name).encode("warm")
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        try:
-            result: Any = work()
-        except ContextLabError as exc:
-            result = exc
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return peak, result
 
 
 def _import(alice: Any, path: Path, profile: Any = None) -> tuple[int, Any]:
