@@ -45,18 +45,30 @@ _BODY = json.dumps({"error": "the request body is larger than this server accept
 # (the gateway's protocol adapters), so this module knows no protocol. A callable is asked at
 # the time of the refusal (a body that names the limit in force).
 REFUSAL_BODIES: dict[str, bytes | Callable[[], bytes]] = {}
+# The 413 page of the browser's own pages (a form posting a file), by URL name: a person reads
+# it, so it is HTML and says which limit was passed. Filled in by the dashboard.
+REFUSAL_PAGES: dict[str, Callable[[], bytes]] = {}
+_JSON = b"application/json"
+_HTML = b"text/html; charset=utf-8"
+
+
+def refusal(path: str) -> tuple[bytes, bytes]:
+    """The 413 content type and body for a request to ``path``: its view's own shape, or ContextLab's."""
+    if not (REFUSAL_BODIES or REFUSAL_PAGES):
+        return _JSON, _BODY
+    try:
+        name = resolve(path).url_name or ""
+    except Resolver404:
+        return _JSON, _BODY
+    if name in REFUSAL_PAGES:
+        return _HTML, REFUSAL_PAGES[name]()
+    body = REFUSAL_BODIES.get(name, _BODY)
+    return _JSON, body() if callable(body) else body
 
 
 def refusal_body(path: str) -> bytes:
-    """The 413 body for a request to ``path``: its view's own shape, or ContextLab's."""
-    if not REFUSAL_BODIES:
-        return _BODY
-    try:
-        name = resolve(path).url_name
-    except Resolver404:
-        return _BODY
-    body = REFUSAL_BODIES.get(name or "", _BODY)
-    return body() if callable(body) else body
+    """The 413 body for a request to ``path`` (see ``refusal``)."""
+    return refusal(path)[1]
 
 
 # The views that take a file upload (multipart, outside DATA_UPLOAD_MAX_MEMORY_SIZE).
@@ -193,9 +205,9 @@ class BodyLimitMiddleware:
 
 
 async def _answer_413(send: Send, path: str) -> None:
-    body = refusal_body(path)
+    content_type, body = refusal(path)
     await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
 
@@ -311,8 +323,8 @@ def guard_daphne() -> None:
             self._refused = True
             self.content = io.BytesIO()  # nothing is kept; twisted closes it with the request
             target = getattr(self.channel, "_path", None) or b""
-            body = refusal_body(target.split(b"?", 1)[0].decode("latin-1"))
-            head = (b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+            content_type, body = refusal(target.split(b"?", 1)[0].decode("latin-1"))
+            head = (b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: " + content_type + b"\r\n"
                     b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
             transport = self.channel.transport if self.channel is not None else None
             if transport is not None:

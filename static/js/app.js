@@ -89,3 +89,37 @@
     });
   });
 })();
+
+/* A file input with data-max-bytes refuses a file over that size before the form is
+ * sent: a browser that starts a large upload the server refuses at its first bytes
+ * shows "connection reset" instead of the server's page. The message goes into the
+ * element its aria-describedby names last, and the field stays invalid until another
+ * file is chosen, so the form is not submitted. */
+(function () {
+  "use strict";
+
+  function size(bytes) {
+    var units = ["bytes", "KB", "MB", "GB"];
+    var i = 0;
+    while (bytes >= 1024 && i < units.length - 1) { bytes /= 1024; i += 1; }
+    return (i === 0 ? bytes : bytes.toFixed(1)) + " " + units[i];
+  }
+
+  document.addEventListener("change", function (event) {
+    var input = event.target;
+    if (!(input instanceof HTMLInputElement) || input.type !== "file" || !input.hasAttribute("data-max-bytes")) return;
+    var limit = Number(input.getAttribute("data-max-bytes"));
+    var ids = (input.getAttribute("aria-describedby") || "").split(/\s+/);
+    var box = document.getElementById(ids[ids.length - 1]);
+    var file = input.files && input.files[0];
+    var message = "";
+    if (file && limit > 0 && file.size > limit) {
+      message = file.name + " is " + size(file.size) + ": this server accepts files of up to " + size(limit) + ".";
+    }
+    input.setCustomValidity(message);
+    if (box) {
+      box.textContent = message;
+      box.hidden = message === "";
+    }
+  });
+})();

@@ -81,3 +81,64 @@ def test_daphne_refuses_in_the_shape_of_the_endpoints_protocol(daphne, path, sha
     status, _, rest = answer.partition(b"\r\n")
     assert status.startswith(b"HTTP/1.1 413"), answer[:200]
     assert json.loads(rest.partition(b"\r\n\r\n")[2]) == shape
+
+
+def _import_path() -> str:
+    from django.urls import reverse
+
+    return reverse("cl-import")
+
+
+def _assert_import_page(content_type: bytes, body: bytes, limit: int) -> None:
+    # A person posted a form: the refusal is a page that names the limit and leads back.
+    assert content_type.startswith(b"text/html"), content_type
+    page = body.decode()
+    assert "This file is larger than this server accepts" in page
+    assert f"({limit} bytes)" in page and "CONTEXTLAB_MAX_UPLOAD_BYTES" in page
+    assert f'href="{_import_path()}"' in page
+
+
+@pytest.mark.django_db
+async def test_it_refuses_an_oversized_import_form_with_a_page_that_names_the_limit(settings):
+    from asgiref.testing import ApplicationCommunicator
+    from django.core.asgi import get_asgi_application
+
+    from contextlab.core.bodylimit import BodyLimitMiddleware
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * MB
+    settings.CONTEXTLAB_MAX_UPLOAD_BYTES = 8 * MB
+    scope = _scope(_import_path(), [(b"content-length", b"%d" % (50 * MB))])
+    scope["headers"] = [(k, b"multipart/form-data; boundary=x" if k == b"content-type" else v)
+                        for k, v in scope["headers"]]
+    app = ApplicationCommunicator(BodyLimitMiddleware(get_asgi_application()), scope)
+    start = await app.receive_output(timeout=10)
+    assert (start["type"], start["status"]) == ("http.response.start", 413)
+    body = (await app.receive_output(timeout=10))["body"]
+    _assert_import_page(dict(start["headers"])[b"content-type"], body, 8 * MB)
+    assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
+
+
+@embedded_only
+def test_daphne_refuses_an_oversized_import_form_with_a_page(daphne):
+    from django.conf import settings
+
+    host, port = daphne.url.removeprefix("http://").removesuffix("/v1").split(":")
+    size = settings.CONTEXTLAB_MAX_REQUEST_BYTES + MB
+    head = (f"POST {_import_path()} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: {size}\r\n\r\n").encode()
+    answer = b""
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(head)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(b" " * MB)
+        try:
+            while data := sock.recv(65536):
+                answer += data
+        except (ConnectionResetError, TimeoutError):
+            pass
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 413"), answer[:200]
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    content_type = next(line.split(b":", 1)[1].strip() for line in headers.split(b"\r\n")
+                        if line.lower().startswith(b"content-type:"))
+    _assert_import_page(content_type, body, settings.CONTEXTLAB_MAX_UPLOAD_BYTES)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -23,7 +24,8 @@ from contextlab.sessions.models import AgentProfile, AgentSession, CompactionRun
 
 
 def _form_context(request: AuthenticatedHttpRequest, **extra: Any) -> dict[str, Any]:
-    return {"profiles": AgentProfile.objects.filter(owner=request.user), **extra}
+    return {"profiles": AgentProfile.objects.filter(owner=request.user),
+            "max_upload_bytes": int(settings.CONTEXTLAB_MAX_UPLOAD_BYTES), **extra}
 
 
 @require_http_methods(["GET", "POST"])
